@@ -1,0 +1,1 @@
+# Placeholder until the install helper lands: nothing installed yet.

@@ -1,0 +1,107 @@
+// Communicator: the collectives and point-to-point operations of one process group, whatever
+// the transport underneath (ranks as threads, libfabric processes, NCCL on GPUs).
+//
+// Contract
+// - A Communicator is one rank's view of a group of `size()` ranks. It is created by a
+//   Backend (backend_registry.h) or by Split() of a parent communicator, and owned by the
+//   caller (unique_ptr). A parent must outlive the communicators split from it.
+// - Every operation is asynchronous: Start...() validates its arguments, queues the operation
+//   and returns a CommHandle (comm_handle.h) at once. Operations of one communicator run in the
+//   order they were started; every rank must start the same collectives in the same order with
+//   matching counts and dtypes (as in NCCL and MPI). Different communicators progress
+//   independently. The blocking forms (AllReduce(...)) are Start...().Wait().
+// - Buffers belong to the caller and must stay valid, untouched, until the handle is waited.
+//   Buffers are host memory for the cpu backends and device memory for nccl.
+// - Counts are in elements of `dtype`. AllGather/ReduceScatter take `count` elements per rank:
+//   the full buffer holds size()*count elements and rank r's block starts at r*count.
+//   In-place forms are allowed: AllGather with send == recv + rank*count, ReduceScatter with
+//   recv == send + rank*count, AllReduce with send == recv. Zero counts are valid no-ops that
+//   still take part in the ordering.
+// - Reductions are deterministic and independent of algorithm, chunking and world layout: each
+//   element's result is ((x_0 + x_1) + x_2) + ... + x_{N-1} over ranks 0..N-1 in that order,
+//   accumulated in f32 for bf16/f16 and rounded once (to nearest even) to the output dtype.
+//   kAvg is that sum divided by N; kMax is the maximum (NaN propagates). So a reduce-scatter
+//   followed by an all-gather gives the same bits as an all-reduce of the same data.
+// - Failure never hangs: an operation that cannot complete within options().timeout (a dead
+//   peer, a rank that never calls, a mismatched call) fails with an error naming the
+//   operation, the group and the ranks involved. After a failed operation the communicator is
+//   broken: every later operation fails at once with kAborted naming the first error.
+// - Thread-safety: Start...() may be called from one thread at a time per communicator.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "runtime/base/dtype.h"
+#include "runtime/base/status.h"
+#include "runtime/comm/comm_handle.h"
+#include "runtime/device/memory_tracker.h"
+
+namespace zs {
+
+enum class ReduceOp : uint8_t { kSum = 0, kAvg, kMax };
+std::string_view ReduceOpName(ReduceOp op);  // "sum", "avg", "max"
+
+struct CommOptions {
+  // How long any one operation may wait for its peers before it fails.
+  std::chrono::milliseconds timeout{60'000};
+  // The group's name in error messages and logs ("world", "dp", "tp", ...).
+  std::string group_name = "world";
+  // Where the backend records its scratch buffers (host tier, kCommBuffers); may be null.
+  MemoryTracker* tracker = nullptr;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string_view backend_name() const = 0;  // "local", "fabric", "nccl"
+  virtual const CommOptions& options() const = 0;
+  const std::string& group_name() const { return options().group_name; }
+
+  virtual CommHandle StartAllGather(const void* send, void* recv, size_t count, DType dtype) = 0;
+  virtual CommHandle StartReduceScatter(const void* send, void* recv, size_t count, DType dtype,
+                                        ReduceOp op) = 0;
+  virtual CommHandle StartAllReduce(const void* send, void* recv, size_t count, DType dtype,
+                                    ReduceOp op) = 0;
+  // Root's buffer is sent; every other rank's buffer is overwritten.
+  virtual CommHandle StartBroadcast(void* buffer, size_t count, DType dtype, int root) = 0;
+  // Point-to-point: sends to / receives from `peer` of this group. Sends and receives between
+  // one pair of ranks match in the order they were started (tags are not exposed).
+  virtual CommHandle StartSend(const void* buffer, size_t count, DType dtype, int peer) = 0;
+  virtual CommHandle StartRecv(void* buffer, size_t count, DType dtype, int peer) = 0;
+  virtual CommHandle StartBarrier() = 0;
+
+  // Collective over this group: ranks passing the same `color` form a new group, ordered by
+  // (`key`, parent rank). A negative color takes no part and gets nullptr. `name` names the
+  // new group in errors and logs.
+  virtual StatusOr<std::unique_ptr<Communicator>> Split(int color, int key, std::string name) = 0;
+
+  // Blocking forms.
+  Status AllGather(const void* send, void* recv, size_t count, DType dtype) {
+    return StartAllGather(send, recv, count, dtype).Wait();
+  }
+  Status ReduceScatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
+    return StartReduceScatter(send, recv, count, dtype, op).Wait();
+  }
+  Status AllReduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
+    return StartAllReduce(send, recv, count, dtype, op).Wait();
+  }
+  Status Broadcast(void* buffer, size_t count, DType dtype, int root) {
+    return StartBroadcast(buffer, count, dtype, root).Wait();
+  }
+  Status Send(const void* buffer, size_t count, DType dtype, int peer) {
+    return StartSend(buffer, count, dtype, peer).Wait();
+  }
+  Status Recv(void* buffer, size_t count, DType dtype, int peer) {
+    return StartRecv(buffer, count, dtype, peer).Wait();
+  }
+  Status Barrier() { return StartBarrier().Wait(); }
+};
+
+}  // namespace zs

@@ -1,0 +1,26 @@
+// Argument checks and descriptions shared by every backend, so that all of them reject the
+// same bad calls with the same messages.
+//
+// Contract: pure functions. Descriptions look like
+//   "all_reduce(count=1000, bf16, sum) on group 'dp' (rank 1 of 4)".
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "runtime/base/status.h"
+#include "runtime/comm/communicator.h"
+
+namespace zs {
+
+std::string DescribeOp(const Communicator& comm, std::string_view op, size_t count, DType dtype);
+std::string DescribeOp(const Communicator& comm, std::string_view op, size_t count, DType dtype,
+                       ReduceOp reduce);
+
+// Null buffers with a nonzero count; peers or roots outside [0, size); sending to oneself.
+Status CheckBuffer(const Communicator& comm, std::string_view what, const void* buffer,
+                   size_t count, std::string_view op);
+Status CheckPeer(const Communicator& comm, int peer, std::string_view op);
+
+}  // namespace zs
