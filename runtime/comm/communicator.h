@@ -52,6 +52,9 @@ struct CommOptions {
   std::string group_name = "world";
   // Where the backend records its scratch buffers (host tier, kCommBuffers); may be null.
   MemoryTracker* tracker = nullptr;
+  // Backend-specific transport choice. fabric: the libfabric provider ("shm", "tcp"; empty =
+  // the ZS_FABRIC_PROVIDER variable, else "shm" when every rank is on one host, else "tcp").
+  std::string transport;
 };
 
 class Communicator {
