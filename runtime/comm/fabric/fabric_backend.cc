@@ -1,0 +1,132 @@
+#include "runtime/comm/fabric/fabric_backend.h"
+
+#include <fmt/format.h>
+#include <rdma/fabric.h>
+
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include "runtime/base/env.h"
+#include "runtime/base/log.h"
+#include "runtime/comm/fabric/fabric_communicator.h"
+#include "runtime/comm/fabric/fabric_endpoint.h"
+#include "runtime/comm/fabric/fabric_peer.h"
+
+namespace zs {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Waits for `key` until `deadline`, checking every 100 ms whether `peer` (when known and on
+// this host) died meanwhile.
+StatusOr<std::string> GetWatching(Store& store, const std::string& key, Clock::time_point deadline,
+                                  const FabricPeer* peer, const std::string& what) {
+  while (true) {
+    const auto now = Clock::now();
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
+    const auto slice = std::min(left, std::chrono::milliseconds(100));
+    auto value = store.Get(key, std::max(slice, std::chrono::milliseconds(0)));
+    if (value.ok() || value.status().code() != StatusCode::kDeadlineExceeded) return value;
+    if (peer != nullptr && PeerGone(*peer)) {
+      return UnavailableError(fmt::format("{}: {} died before publishing its endpoint address",
+                                          what, peer->Describe()));
+    }
+    if (Clock::now() >= deadline) return value.status().WithContext(what);
+  }
+}
+
+class FabricBackend final : public Backend {
+ public:
+  std::string_view name() const override { return "fabric"; }
+
+  Status Available() const override {
+    static const Status status = [] {
+      fi_info* hints = fi_allocinfo();
+      if (hints == nullptr) return InternalError("fi_allocinfo failed");
+      hints->ep_attr->type = FI_EP_RDM;
+      hints->caps = FI_TAGGED;
+      hints->mode = FI_CONTEXT | FI_CONTEXT2;
+      fi_info* list = nullptr;
+      const int rc = fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints, &list);
+      fi_freeinfo(hints);
+      if (rc != 0 || list == nullptr) {
+        return UnavailableError(fmt::format("libfabric offers no RDM provider with tagged "
+                                            "messages: {}",
+                                            fi_strerror(-rc)));
+      }
+      fi_freeinfo(list);
+      return OkStatus();
+    }();
+    return status;
+  }
+
+  StatusOr<std::unique_ptr<Communicator>> Connect(Store& store, int rank, int world_size,
+                                                  const CommOptions& options) override {
+    const std::string group = options.group_name;
+    const std::string where = fmt::format("fabric connect of group '{}' (rank {} of {})", group,
+                                          rank, world_size);
+    if (world_size < 1 || world_size > 4096 || rank < 0 || rank >= world_size) {
+      return InvalidArgumentError(fmt::format("{}: rank must be in [0, world) and world in "
+                                              "[1, 4096]",
+                                              where));
+    }
+    ZS_ASSIGN_OR_RETURN(const int64_t segment, ParseEnvInt("ZS_FABRIC_SEGMENT_BYTES", 1 << 20));
+    ZS_ASSIGN_OR_RETURN(const int64_t window, ParseEnvInt("ZS_FABRIC_WINDOW", 4));
+    if (segment < 64 || window < 1 || window > 64) {
+      return InvalidArgumentError(fmt::format("{}: ZS_FABRIC_SEGMENT_BYTES={} must be >= 64 and "
+                                              "ZS_FABRIC_WINDOW={} in [1, 64]",
+                                              where, segment, window));
+    }
+    FabricTuning tuning;
+    tuning.segment_bytes = size_t(segment) / 64 * 64;
+    tuning.window = int(window);
+
+    const auto deadline = Clock::now() + options.timeout;
+    const std::string prefix = "fabric/" + group + "/";
+    const FabricPeer self = SelfPeer();
+    ZS_RETURN_IF_ERROR(store.Set(prefix + "peer/" + std::to_string(rank), EncodePeer(self)));
+    std::vector<FabricPeer> peers(world_size);
+    bool all_local = true;
+    for (int r = 0; r < world_size; ++r) {
+      ZS_ASSIGN_OR_RETURN(std::string text,
+                          GetWatching(store, prefix + "peer/" + std::to_string(r), deadline,
+                                      nullptr, fmt::format("{}: waiting for rank {}", where, r)));
+      ZS_ASSIGN_OR_RETURN(peers[r], DecodePeer(text));
+      all_local = all_local && peers[r].host == self.host;
+    }
+
+    std::string provider = options.transport;
+    if (provider.empty()) provider = GetEnvString("ZS_FABRIC_PROVIDER").value_or("");
+    if (provider.empty()) provider = all_local ? "shm" : "tcp";
+    if (provider == "shm" && !all_local) {
+      return FailedPreconditionError(fmt::format("{}: provider 'shm' needs every rank on one "
+                                                 "host, but the ranks span several hosts",
+                                                 where));
+    }
+    auto opened = FabricEndpoint::Open(provider, all_local, world_size);
+    if (!opened.ok()) return opened.status().WithContext(where);
+    std::shared_ptr<FabricEndpoint> endpoint = std::move(opened).value();
+
+    ZS_RETURN_IF_ERROR(store.Set(prefix + "addr/" + std::to_string(rank), endpoint->address()));
+    std::vector<std::string> addresses(world_size);
+    for (int r = 0; r < world_size; ++r) {
+      ZS_ASSIGN_OR_RETURN(
+          addresses[r],
+          GetWatching(store, prefix + "addr/" + std::to_string(r), deadline, &peers[r],
+                      fmt::format("{}: waiting for the address of rank {}", where, r)));
+    }
+    ZS_RETURN_IF_ERROR(endpoint->InsertPeers(addresses));
+    ZS_LOG(kDebug, "{}: connected over provider '{}'", where, endpoint->provider_name());
+    std::vector<int> world_ranks(world_size);
+    for (int r = 0; r < world_size; ++r) world_ranks[r] = r;
+    return std::unique_ptr<Communicator>(std::make_unique<FabricCommunicator>(
+        std::move(endpoint), 0, rank, std::move(world_ranks), std::move(peers), options, tuning));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> MakeFabricBackend() { return std::make_unique<FabricBackend>(); }
+
+}  // namespace zs

@@ -1,0 +1,25 @@
+// The "fabric" backend: connects ranks (processes on one or many hosts, or threads of one
+// process) into a FabricCommunicator over a libfabric RDM endpoint.
+//
+// Contract
+// - Connect(store, rank, world, options) is collective over `world` ranks sharing `store`.
+//   Keys live under "fabric/<group name>/" (so one store serves several groups, each connected
+//   once): "peer/<rank>" (host, pid, start time) and "addr/<rank>" (the endpoint address).
+// - Provider: options.transport, else ZS_FABRIC_PROVIDER, else "shm" when every rank reported
+//   this host's name, else "tcp" (kept on the loopback interface when all ranks are local).
+//   Every rank must arrive at the same provider.
+// - While waiting for a peer's address, a peer on this host whose process died is reported at
+//   once (Unavailable naming the group, rank and pid) instead of at the timeout.
+// - Tuning knobs (read at Connect, must be equal on every rank): ZS_FABRIC_SEGMENT_BYTES
+//   (default 1M) and ZS_FABRIC_WINDOW (default 4); see fabric_communicator.h.
+#pragma once
+
+#include <memory>
+
+#include "runtime/comm/backend_registry.h"
+
+namespace zs {
+
+std::unique_ptr<Backend> MakeFabricBackend();
+
+}  // namespace zs

@@ -1,0 +1,151 @@
+// FabricCommunicator: a Communicator over a libfabric RDM endpoint with tagged messages, for
+// ranks that are processes on one or many hosts (or threads of one process, each with its own
+// endpoint). Created by the fabric backend (fabric_backend.h) or by Split.
+//
+// Contract (beyond communicator.h)
+// - Operations run in order on the communicator's OpQueue worker thread; that thread drives the
+//   endpoint's manual progress while it waits (FabricTransfer). No thread polls while idle.
+// - Tags: comm id (12 bits) | op kind (4) | op sequence number (16) | sender's group rank (12)
+//   | segment (20). The op kind and sequence number keep a mismatched call from ever matching
+//   another operation's messages: it fails with DeadlineExceeded (or InvalidArgument when only
+//   the count differs) naming the operation, never corrupts the other operation's buffers.
+// - Large messages stream in segments (ZS_FABRIC_SEGMENT_BYTES, default 1 MiB; at most
+//   ZS_FABRIC_WINDOW, default 4, in flight per peer and direction; both must be equal on every
+//   rank). Receives go straight into the caller's output except the reduction inputs, which
+//   land in a per-communicator ring of (size-1) x window segments (host tier, kCommBuffers).
+// - Reduce-scatter is a direct exchange: the owner of each block reduces the size()
+//   contributions in rank order with ReduceSources, segment by segment. All-reduce is that
+//   reduce-scatter over blocks of ceil(count/size) elements fused with the all-gather of each
+//   reduced segment, so both phases stream together. Broadcast is a pipelined chain from the
+//   root. Barrier is a dissemination barrier.
+// - Send/Recv match in start order per pair (a per-pair sequence number in the tag). They do
+//   not wait in the queue behind each other or behind collectives: a thread of their own, started
+//   by the first one and asleep while none is in flight, posts and progresses them at once, so
+//   ranks that start all their sends before their receives (a ring) cannot deadlock. Their
+//   buffers are untouched by collectives anyway (communicator.h), so only matching order counts.
+//   A failed operation of either kind breaks the communicator for both.
+// - Split: children share the parent's endpoint. The child's comm id is chosen from 64
+//   candidates derived from (parent id, split sequence number, color); each member reserves the
+//   candidates free on its endpoint, the members AND their masks and take the first common one,
+//   so the id is identical on every member and unique on each member's endpoint.
+// - Destroying the communicator drains its queue (operations still queued run first).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <string>
+#include <vector>
+
+#include "runtime/comm/communicator.h"
+#include "runtime/comm/fabric/fabric_endpoint.h"
+#include "runtime/comm/fabric/fabric_peer.h"
+#include "runtime/comm/op_queue.h"
+
+namespace zs {
+
+class FabricTransfer;
+
+struct FabricTuning {
+  size_t segment_bytes = size_t{1} << 20;  // multiple of 64
+  int window = 4;                          // segments in flight per peer and direction
+};
+
+class FabricCommunicator final : public Communicator {
+ public:
+  // `world_ranks[i]` is the endpoint (world) rank of group rank i; `peers` is by group rank.
+  FabricCommunicator(std::shared_ptr<FabricEndpoint> endpoint, uint16_t comm_id, int rank,
+                     std::vector<int> world_ranks, std::vector<FabricPeer> peers,
+                     CommOptions options, FabricTuning tuning);
+  ~FabricCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return int(world_ranks_.size()); }
+  std::string_view backend_name() const override { return "fabric"; }
+  const CommOptions& options() const override { return options_; }
+  const std::string& provider_name() const { return endpoint_->provider_name(); }
+
+  CommHandle StartAllGather(const void* send, void* recv, size_t count, DType dtype) override;
+  CommHandle StartReduceScatter(const void* send, void* recv, size_t count, DType dtype,
+                                ReduceOp op) override;
+  CommHandle StartAllReduce(const void* send, void* recv, size_t count, DType dtype,
+                            ReduceOp op) override;
+  CommHandle StartBroadcast(void* buffer, size_t count, DType dtype, int root) override;
+  CommHandle StartSend(const void* buffer, size_t count, DType dtype, int peer) override;
+  CommHandle StartRecv(void* buffer, size_t count, DType dtype, int peer) override;
+  CommHandle StartBarrier() override;
+  StatusOr<std::unique_ptr<Communicator>> Split(int color, int key, std::string name) override;
+
+ private:
+  enum class OpKind : uint8_t {
+    kAllGather = 1,
+    kReduceScatter,
+    kAllReduceReduce,
+    kAllReduceGather,
+    kBroadcast,
+    kPointToPoint,
+    kBarrier,
+    kSplit,
+  };
+  struct Blocks;
+
+  uint64_t Tag(OpKind kind, uint32_t seq, int src) const;
+  size_t SegmentBytes(size_t largest_message) const;
+  std::unique_ptr<FabricTransfer> NewTransfer(const std::string& description) const;
+  char* Scratch(size_t bytes);  // the reduction ring; worker thread only
+
+  Status RunAllGather(const std::string& description, OpKind kind, uint32_t seq,
+                      const void* send, void* recv, size_t bytes);
+  Status RunReduce(const std::string& description, uint32_t seq, const void* send, void* recv,
+                   const Blocks& blocks, DType dtype, ReduceOp op, bool all_gather);
+  Status RunBroadcast(const std::string& description, uint32_t seq, void* buffer, size_t bytes,
+                      int root);
+  // Point-to-point operations bypass the queue (see the contract above).
+  struct PointToPointOp;
+  CommHandle StartPointToPoint(std::string description, bool is_send, void* buffer, size_t bytes,
+                               int peer, uint32_t seq);
+  void PointToPointLoop();
+  // Every operation, queued or not, fails with kAborted after the first failure.
+  Status BrokenStatus(const std::string& description) const;
+  void MarkBroken(const Status& status);
+  Status Guarded(const std::string& description, const std::function<Status()>& run);
+  Status RunBarrier(const std::string& description, uint32_t seq);
+  Status RunSplit(uint32_t seq, int color, int key, const std::string& name,
+                  std::unique_ptr<Communicator>* child);
+
+  const std::shared_ptr<FabricEndpoint> endpoint_;
+  const uint16_t comm_id_;
+  const int rank_;
+  const std::vector<int> world_ranks_;
+  const std::vector<FabricPeer> peers_;       // by group rank
+  std::vector<fi_addr_t> addresses_;          // by group rank; set in the constructor
+  const CommOptions options_;
+  const FabricTuning tuning_;
+
+  // Touched by the user thread in Start...() only (one thread at a time, see communicator.h).
+  uint32_t next_seq_ = 0;
+  std::vector<uint32_t> send_seq_;  // per peer
+  std::vector<uint32_t> recv_seq_;  // per peer
+
+  // Worker thread only. Shared so that requests the provider would not cancel keep it alive.
+  std::shared_ptr<char[]> scratch_;
+  size_t scratch_bytes_ = 0;
+
+  mutable std::mutex broken_mu_;
+  Status broken_;  // the first failure of any operation; guarded by broken_mu_
+
+  // The point-to-point thread: started by the first Send/Recv, sleeps while none is in flight.
+  std::mutex p2p_mu_;
+  std::condition_variable p2p_cv_;
+  std::deque<std::unique_ptr<PointToPointOp>> p2p_pending_;  // guarded by p2p_mu_
+  bool p2p_stopping_ = false;                                 // guarded by p2p_mu_
+  std::thread p2p_thread_;
+
+  OpQueue queue_;  // last: destroyed (drained) first
+};
+
+}  // namespace zs

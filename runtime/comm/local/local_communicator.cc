@@ -1,0 +1,281 @@
+#include "runtime/comm/local/local_communicator.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "runtime/comm/host_reduce.h"
+#include "runtime/comm/op_checks.h"
+
+namespace zs::local {
+namespace {
+
+constexpr size_t kChunkAlign = 64;  // all_reduce chunk boundaries, in elements
+
+bool Overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  if (a == nullptr || b == nullptr || a_bytes == 0 || b_bytes == 0) return false;
+  const auto* pa = static_cast<const std::byte*>(a);
+  const auto* pb = static_cast<const std::byte*>(b);
+  return pa < pb + b_bytes && pb < pa + a_bytes;
+}
+
+// The one in-place layout allowed when send and recv overlap: `send == recv + offset`.
+Status CheckInPlace(const void* send, size_t send_bytes, const void* recv, size_t recv_bytes,
+                    size_t offset, const std::string& what) {
+  if (!Overlap(send, send_bytes, recv, recv_bytes)) return OkStatus();
+  if (static_cast<const std::byte*>(send) == static_cast<const std::byte*>(recv) + offset) {
+    return OkStatus();
+  }
+  return InvalidArgumentError(
+      fmt::format("{}: send buffer {} overlaps recv buffer {} but is not "
+                  "the in-place block (recv + {} bytes)",
+                  what, send, recv, offset));
+}
+
+std::byte* At(void* base, size_t index, size_t element) {
+  return static_cast<std::byte*>(base) + index * element;
+}
+const std::byte* At(const void* base, size_t index, size_t element) {
+  return static_cast<const std::byte*>(base) + index * element;
+}
+
+void Copy(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0 && dst != src) std::memcpy(dst, src, bytes);
+}
+
+}  // namespace
+
+LocalCommunicator::LocalCommunicator(std::shared_ptr<SharedGroup> group, int rank,
+                                     CommOptions options)
+    : group_(std::move(group)), rank_(rank), options_(std::move(options)) {
+  queue_ = std::make_unique<OpQueue>(
+      fmt::format("local communicator of rank {} in group '{}'", rank_, options_.group_name));
+}
+
+LocalCommunicator::~LocalCommunicator() {
+  queue_.reset();  // runs what is queued, joins the worker
+  group_->MarkDead(rank_);
+}
+
+CommHandle LocalCommunicator::Enqueue(std::string description,
+                                      std::function<Status(Clock::time_point)> fn) {
+  return queue_->Submit(std::move(description), [this, fn = std::move(fn)] {
+    Status status = fn(Clock::now() + options_.timeout);
+    if (!status.ok()) group_->MarkFailed(rank_, status);
+    return status;
+  });
+}
+
+Status LocalCommunicator::Step(const std::string& what, Clock::time_point deadline) {
+  const uint64_t step = ++step_;
+  group_->Arrive(rank_, step);
+  return group_->WaitAll(rank_, step, nullptr, deadline, options_.timeout, what);
+}
+
+Status LocalCommunicator::RunCollective(CollectiveCall call, const std::string& what,
+                                        Clock::time_point deadline) {
+  call.seq = ++seq_;
+  const uint64_t arrive = ++step_;
+  group_->Publish(rank_, call, arrive);
+  ZS_RETURN_IF_ERROR(group_->WaitAll(rank_, arrive, &call, deadline, options_.timeout, what));
+  if (call.kind == CallKind::kBarrier || call.count == 0) return OkStatus();
+
+  const int n = size();
+  const size_t element = DTypeSize(call.dtype);
+  const size_t bytes = call.count * element;
+  auto peer = [&](int k) -> const CollectiveCall& { return group_->CallOf(k, call.seq); };
+  switch (call.kind) {
+    case CallKind::kAllGather:
+      for (int k = 0; k < n; ++k)
+        Copy(At(call.recv, size_t(k) * call.count, element), peer(k).send, bytes);
+      break;
+    case CallKind::kReduceScatter: {
+      std::vector<const void*> sources(n);
+      for (int k = 0; k < n; ++k)
+        sources[k] = At(peer(k).send, size_t(rank_) * call.count, element);
+      ReduceSources(call.recv, sources.data(), n, call.count, call.dtype, call.op, n);
+      break;
+    }
+    case CallKind::kAllReduce: {
+      // Chunk c = [c * per, min((c + 1) * per, count)): reduced by rank c, then gathered.
+      size_t per = (call.count + n - 1) / n;
+      per = (per + kChunkAlign - 1) / kChunkAlign * kChunkAlign;
+      auto begin = [&](int c) { return std::min(call.count, size_t(c) * per); };
+      auto length = [&](int c) { return begin(c + 1) - begin(c); };
+      std::vector<const void*> sources(n);
+      for (int k = 0; k < n; ++k) sources[k] = At(peer(k).send, begin(rank_), element);
+      ReduceSources(At(call.recv, begin(rank_), element), sources.data(), n, length(rank_),
+                    call.dtype, call.op, n);
+      ZS_RETURN_IF_ERROR(Step(what, deadline));
+      for (int c = 0; c < n; ++c) {
+        if (c != rank_) {
+          Copy(At(call.recv, begin(c), element), At(peer(c).recv, begin(c), element),
+               length(c) * element);
+        }
+      }
+      break;
+    }
+    case CallKind::kBroadcast:
+      if (rank_ != call.root) Copy(call.recv, peer(call.root).recv, bytes);
+      break;
+    case CallKind::kBarrier:
+    case CallKind::kSplit:
+      break;
+  }
+  return Step(what, deadline);
+}
+
+CommHandle LocalCommunicator::StartAllGather(const void* send, void* recv, size_t count,
+                                             DType dtype) {
+  std::string what = DescribeOp(*this, "all_gather", count, dtype);
+  const size_t bytes = count * DTypeSize(dtype);
+  Status valid = CheckBuffer(*this, "send", send, count, what);
+  if (valid.ok()) valid = CheckBuffer(*this, "recv", recv, count * size(), what);
+  if (valid.ok()) valid = CheckInPlace(send, bytes, recv, bytes * size(), bytes * rank_, what);
+  if (!valid.ok()) return CommHandle::Completed(valid, what);
+  CollectiveCall call{
+      .kind = CallKind::kAllGather, .count = count, .dtype = dtype, .send = send, .recv = recv};
+  return Enqueue(what, [this, call, what](Clock::time_point deadline) {
+    return RunCollective(call, what, deadline);
+  });
+}
+
+CommHandle LocalCommunicator::StartReduceScatter(const void* send, void* recv, size_t count,
+                                                 DType dtype, ReduceOp op) {
+  std::string what = DescribeOp(*this, "reduce_scatter", count, dtype, op);
+  const size_t bytes = count * DTypeSize(dtype);
+  Status valid = CheckBuffer(*this, "send", send, count * size(), what);
+  if (valid.ok()) valid = CheckBuffer(*this, "recv", recv, count, what);
+  // In place: recv == send + rank * count, i.e. send == recv - rank * count.
+  if (valid.ok() && Overlap(send, bytes * size(), recv, bytes) &&
+      static_cast<const std::byte*>(send) + bytes * rank_ != static_cast<std::byte*>(recv)) {
+    valid =
+        InvalidArgumentError(fmt::format("{}: recv buffer {} overlaps send buffer {} but is "
+                                         "not the in-place block (send + {} bytes)",
+                                         what, recv, send, bytes * rank_));
+  }
+  if (!valid.ok()) return CommHandle::Completed(valid, what);
+  CollectiveCall call{.kind = CallKind::kReduceScatter,
+                      .count = count,
+                      .dtype = dtype,
+                      .op = op,
+                      .send = send,
+                      .recv = recv};
+  return Enqueue(what, [this, call, what](Clock::time_point deadline) {
+    return RunCollective(call, what, deadline);
+  });
+}
+
+CommHandle LocalCommunicator::StartAllReduce(const void* send, void* recv, size_t count,
+                                             DType dtype, ReduceOp op) {
+  std::string what = DescribeOp(*this, "all_reduce", count, dtype, op);
+  const size_t bytes = count * DTypeSize(dtype);
+  Status valid = CheckBuffer(*this, "send", send, count, what);
+  if (valid.ok()) valid = CheckBuffer(*this, "recv", recv, count, what);
+  if (valid.ok()) valid = CheckInPlace(send, bytes, recv, bytes, 0, what);
+  if (!valid.ok()) return CommHandle::Completed(valid, what);
+  CollectiveCall call{.kind = CallKind::kAllReduce,
+                      .count = count,
+                      .dtype = dtype,
+                      .op = op,
+                      .send = send,
+                      .recv = recv};
+  return Enqueue(what, [this, call, what](Clock::time_point deadline) {
+    return RunCollective(call, what, deadline);
+  });
+}
+
+CommHandle LocalCommunicator::StartBroadcast(void* buffer, size_t count, DType dtype, int root) {
+  std::string what =
+      fmt::format("{} from root {}", DescribeOp(*this, "broadcast", count, dtype), root);
+  Status valid = CheckBuffer(*this, "broadcast", buffer, count, what);
+  if (valid.ok()) valid = CheckPeer(*this, root, what);
+  if (!valid.ok()) return CommHandle::Completed(valid, what);
+  CollectiveCall call{.kind = CallKind::kBroadcast,
+                      .count = count,
+                      .dtype = dtype,
+                      .root = root,
+                      .send = buffer,
+                      .recv = buffer};
+  return Enqueue(what, [this, call, what](Clock::time_point deadline) {
+    return RunCollective(call, what, deadline);
+  });
+}
+
+CommHandle LocalCommunicator::StartBarrier() {
+  std::string what =
+      fmt::format("barrier on group '{}' (rank {} of {})", group_name(), rank_, size());
+  return Enqueue(what, [this, what](Clock::time_point deadline) {
+    return RunCollective(CollectiveCall{.kind = CallKind::kBarrier}, what, deadline);
+  });
+}
+
+CommHandle LocalCommunicator::StartSend(const void* buffer, size_t count, DType dtype, int peer) {
+  std::string what = fmt::format("{} to rank {}", DescribeOp(*this, "send", count, dtype), peer);
+  Status valid = CheckBuffer(*this, "send", buffer, count, what);
+  if (valid.ok()) valid = CheckPeer(*this, peer, what);
+  if (valid.ok() && peer == rank_) {
+    valid = InvalidArgumentError(fmt::format("{}: a rank cannot send to itself", what));
+  }
+  if (!valid.ok()) return CommHandle::Completed(valid, what);
+  return Enqueue(what, [=, this](Clock::time_point) {
+    return group_->Send(rank_, peer, buffer, count, dtype, options_.tracker, what);
+  });
+}
+
+CommHandle LocalCommunicator::StartRecv(void* buffer, size_t count, DType dtype, int peer) {
+  std::string what = fmt::format("{} from rank {}", DescribeOp(*this, "recv", count, dtype), peer);
+  Status valid = CheckBuffer(*this, "recv", buffer, count, what);
+  if (valid.ok()) valid = CheckPeer(*this, peer, what);
+  if (valid.ok() && peer == rank_) {
+    valid = InvalidArgumentError(fmt::format("{}: a rank cannot receive from itself", what));
+  }
+  if (!valid.ok()) return CommHandle::Completed(valid, what);
+  return Enqueue(what, [=, this](Clock::time_point deadline) {
+    return group_->Recv(rank_, peer, buffer, count, dtype, deadline, options_.timeout, what);
+  });
+}
+
+Status LocalCommunicator::RunSplit(int color, int key, std::string name, const std::string& what,
+                                   Clock::time_point deadline,
+                                   std::unique_ptr<Communicator>* result) {
+  CollectiveCall call{.kind = CallKind::kSplit, .color = color, .key = key};
+  call.seq = ++seq_;
+  const uint64_t arrive = ++step_;
+  group_->Publish(rank_, call, arrive);
+  ZS_RETURN_IF_ERROR(group_->WaitAll(rank_, arrive, &call, deadline, options_.timeout, what));
+  if (color < 0) return OkStatus();
+  std::vector<std::pair<int, int>> members;  // (key, parent rank)
+  for (int k = 0; k < size(); ++k) {
+    const CollectiveCall& theirs = group_->CallOf(k, call.seq);
+    if (theirs.color == color) members.emplace_back(theirs.key, k);
+  }
+  std::sort(members.begin(), members.end());
+  const int new_rank =
+      int(std::find(members.begin(), members.end(), std::make_pair(key, rank_)) - members.begin());
+  const int new_size = int(members.size());
+  CommOptions options = options_;
+  options.group_name = name;
+  std::shared_ptr<SharedGroup> child =
+      group_->TakeChild(call.seq, color, new_size, std::move(name));
+  *result = std::make_unique<LocalCommunicator>(std::move(child), new_rank, std::move(options));
+  return OkStatus();
+}
+
+StatusOr<std::unique_ptr<Communicator>> LocalCommunicator::Split(int color, int key,
+                                                                 std::string name) {
+  std::string what = fmt::format("split(color={}, key={}, name='{}') on group '{}' (rank {} of {})",
+                                 color, key, name, group_name(), rank_, size());
+  auto result = std::make_shared<std::unique_ptr<Communicator>>();
+  CommHandle handle = Enqueue(
+      what, [this, color, key, name = std::move(name), what, result](Clock::time_point deadline) {
+        return RunSplit(color, key, name, what, deadline, result.get());
+      });
+  ZS_RETURN_IF_ERROR(handle.Wait());
+  return std::move(*result);
+}
+
+}  // namespace zs::local

@@ -1,0 +1,427 @@
+#include "tests/runtime/comm/comm_checks.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace zs::testing {
+namespace {
+
+// No result of any check can equal it: every input (hence every sum, average and max) is
+// positive.
+constexpr float kSentinel = -3.0f;
+
+uint64_t Mix(uint64_t x) {  // splitmix64's finalizer
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// A typed host buffer.
+class Buffer {
+ public:
+  Buffer(size_t count, DType dtype)
+      : count_(count), dtype_(dtype), bytes_(count * DTypeSize(dtype)) {
+    for (size_t i = 0; i < count; ++i) Set(i, kSentinel);
+  }
+  void* data() { return bytes_.data(); }
+  const void* data() const { return bytes_.data(); }
+  std::byte* at(size_t i) { return bytes_.data() + i * DTypeSize(dtype_); }
+  size_t count() const { return count_; }
+  DType dtype() const { return dtype_; }
+  float Get(size_t i) const { return LoadAsFloat(bytes_.data(), dtype_, i); }
+  void Set(size_t i, float v) { StoreFromFloat(bytes_.data(), dtype_, i, v); }
+  // Elements [begin, begin + n) hold rank's inputs from index `first`.
+  void FillInputs(size_t begin, size_t n, int rank, size_t first, uint32_t seed) {
+    for (size_t i = 0; i < n; ++i) Set(begin + i, InputValue(rank, first + i, seed, dtype_));
+  }
+
+ private:
+  size_t count_;
+  DType dtype_;
+  std::vector<std::byte> bytes_;
+};
+
+Buffer Inputs(int rank, size_t count, DType dtype, uint32_t seed) {
+  Buffer b(count, dtype);
+  b.FillInputs(0, count, rank, 0, seed);
+  return b;
+}
+
+// Element i = the contract's reduction over ranks 0..n-1 of InputValue(k, first + i).
+Buffer ExpectReduced(int n, size_t count, DType dtype, ReduceOp op, uint32_t seed, size_t first) {
+  Buffer b(count, dtype);
+  for (size_t i = 0; i < count; ++i) {
+    float acc = InputValue(0, first + i, seed, dtype);
+    for (int k = 1; k < n; ++k) {
+      const float x = InputValue(k, first + i, seed, dtype);
+      acc = op == ReduceOp::kMax ? (acc > x ? acc : x) : acc + x;
+    }
+    if (op == ReduceOp::kAvg) acc = acc / float(n);
+    b.Set(i, acc);
+  }
+  return b;
+}
+
+// Block k holds rank k's first `count` inputs.
+Buffer ExpectGathered(int n, size_t count, DType dtype, uint32_t seed) {
+  Buffer b(count * n, dtype);
+  for (int k = 0; k < n; ++k) b.FillInputs(size_t(k) * count, count, k, 0, seed);
+  return b;
+}
+
+// Compares `count` elements of got (from element `offset`) with expected, bit for bit.
+Status Compare(const Communicator& comm, const std::string& what, const Buffer& got, size_t offset,
+               const Buffer& expected) {
+  const size_t element = DTypeSize(expected.dtype());
+  for (size_t i = 0; i < expected.count(); ++i) {
+    const std::byte* g = static_cast<const std::byte*>(got.data()) + (offset + i) * element;
+    const std::byte* e = static_cast<const std::byte*>(expected.data()) + i * element;
+    if (std::memcmp(g, e, element) != 0) {
+      return InternalError(
+          fmt::format("{} on {} rank {} of {}: element {} of {} is {} but the reference is {}",
+                      what, comm.backend_name(), comm.rank(), comm.size(), i, expected.count(),
+                      got.Get(offset + i), expected.Get(i)));
+    }
+  }
+  return OkStatus();
+}
+
+Status Named(Status s, const std::string& what) { return s.ok() ? s : s.WithContext(what); }
+
+std::string Name(std::string_view op, size_t count, DType dtype) {
+  return fmt::format("{}(count={}, {})", op, count, DTypeName(dtype));
+}
+std::string Name(std::string_view op, size_t count, DType dtype, ReduceOp r, bool in_place) {
+  return fmt::format("{}(count={}, {}, {}{})", op, count, DTypeName(dtype), ReduceOpName(r),
+                     in_place ? ", in place" : "");
+}
+
+// Waits every handle; returns the first error.
+Status WaitAll(std::vector<CommHandle>& handles) {
+  Status first;
+  for (CommHandle& h : handles) {
+    Status s = h.Wait();
+    if (first.ok() && !s.ok()) first = s;
+  }
+  return first;
+}
+
+Status ExpectInvalid(const Communicator& comm, CommHandle handle, const std::string& what) {
+  Status s = handle.Wait();
+  if (s.code() == StatusCode::kInvalidArgument) return OkStatus();
+  return InternalError(fmt::format("{} on {} rank {}: expected INVALID_ARGUMENT, got {}", what,
+                                   comm.backend_name(), comm.rank(), s.ToString()));
+}
+
+constexpr DType kDTypes[] = {DType::kF32, DType::kBF16, DType::kF16};
+constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax};
+
+}  // namespace
+
+float InputValue(int rank, size_t index, uint32_t seed, DType dtype) {
+  const uint64_t h = Mix(Mix(uint64_t(seed) * 0x100000001b3ull + uint64_t(rank)) ^ index);
+  const float mantissa = 1.0f + float(h & 0x7fffff) / float(1 << 23);  // [1, 2)
+  const int exponent = int((h >> 40) % 8) - 4;                         // 2^-4 .. 2^3
+  const float v = std::ldexp(mantissa, exponent);
+  float rounded = v;
+  if (dtype == DType::kBF16) rounded = BF16ToFloat(FloatToBF16(v));
+  if (dtype == DType::kF16) rounded = F16ToFloat(FloatToF16(v));
+  return rounded;
+}
+
+Status CheckAllGather(Communicator& comm, size_t count, DType dtype, uint32_t seed, bool in_place) {
+  const std::string what = Name(in_place ? "all_gather in place" : "all_gather", count, dtype);
+  const int n = comm.size(), r = comm.rank();
+  Buffer recv(count * n, dtype);
+  Buffer send = Inputs(r, count, dtype, seed);
+  const void* src = send.data();
+  if (in_place) {
+    recv.FillInputs(size_t(r) * count, count, r, 0, seed);
+    src = recv.at(size_t(r) * count);
+  }
+  ZS_RETURN_IF_ERROR(Named(comm.AllGather(src, recv.data(), count, dtype), what));
+  return Compare(comm, what, recv, 0, ExpectGathered(n, count, dtype, seed));
+}
+
+Status CheckReduceScatter(Communicator& comm, size_t count, DType dtype, ReduceOp op, uint32_t seed,
+                          bool in_place) {
+  const std::string what = Name("reduce_scatter", count, dtype, op, in_place);
+  const int n = comm.size(), r = comm.rank();
+  Buffer send = Inputs(r, count * n, dtype, seed);
+  Buffer recv(count, dtype);
+  void* dst = in_place ? send.at(size_t(r) * count) : recv.data();
+  ZS_RETURN_IF_ERROR(Named(comm.ReduceScatter(send.data(), dst, count, dtype, op), what));
+  const Buffer expected = ExpectReduced(n, count, dtype, op, seed, size_t(r) * count);
+  return in_place ? Compare(comm, what, send, size_t(r) * count, expected)
+                  : Compare(comm, what, recv, 0, expected);
+}
+
+Status CheckAllReduce(Communicator& comm, size_t count, DType dtype, ReduceOp op, uint32_t seed,
+                      bool in_place) {
+  const std::string what = Name("all_reduce", count, dtype, op, in_place);
+  Buffer send = Inputs(comm.rank(), count, dtype, seed);
+  Buffer recv(count, dtype);
+  Buffer& out = in_place ? send : recv;
+  ZS_RETURN_IF_ERROR(Named(comm.AllReduce(send.data(), out.data(), count, dtype, op), what));
+  return Compare(comm, what, out, 0, ExpectReduced(comm.size(), count, dtype, op, seed, 0));
+}
+
+Status CheckBroadcast(Communicator& comm, size_t count, DType dtype, int root, uint32_t seed) {
+  const std::string what = fmt::format("{} from root {}", Name("broadcast", count, dtype), root);
+  Buffer buffer = comm.rank() == root ? Inputs(root, count, dtype, seed) : Buffer(count, dtype);
+  ZS_RETURN_IF_ERROR(Named(comm.Broadcast(buffer.data(), count, dtype, root), what));
+  return Compare(comm, what, buffer, 0, Inputs(root, count, dtype, seed));
+}
+
+Status CheckSendRecvRing(Communicator& comm, size_t count, DType dtype, uint32_t seed,
+                         int messages) {
+  const int n = comm.size(), r = comm.rank();
+  if (n == 1) return OkStatus();
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  auto size_of = [&](int m) { return m % 3 == 0 ? count : m % 3 == 1 ? count / 2 + 1 : 0; };
+  std::vector<Buffer> sends, recvs;
+  for (int m = 0; m < messages; ++m) {
+    sends.push_back(Inputs(r, size_of(m), dtype, seed + m));
+    recvs.emplace_back(size_of(m), dtype);
+  }
+  std::vector<CommHandle> handles;
+  for (int m = 0; m < messages; ++m) {
+    handles.push_back(comm.StartSend(sends[m].data(), size_of(m), dtype, next));
+    handles.push_back(comm.StartRecv(recvs[m].data(), size_of(m), dtype, prev));
+  }
+  const std::string what =
+      fmt::format("ring send/recv ({} messages, {})", messages, Name("first", count, dtype));
+  ZS_RETURN_IF_ERROR(Named(WaitAll(handles), what));
+  for (int m = 0; m < messages; ++m) {
+    ZS_RETURN_IF_ERROR(Compare(comm, fmt::format("{} message {} from rank {}", what, m, prev),
+                               recvs[m], 0, Inputs(prev, size_of(m), dtype, seed + m)));
+  }
+  return OkStatus();
+}
+
+Status CheckBarrier(Communicator& comm) {
+  for (int i = 0; i < 3; ++i) {
+    ZS_RETURN_IF_ERROR(Named(comm.Barrier(), fmt::format("barrier {}", i)));
+    ZS_RETURN_IF_ERROR(CheckAllReduce(comm, 3, DType::kF32, ReduceOp::kSum, 900 + i));
+  }
+  return Named(comm.Barrier(), "final barrier");
+}
+
+Status CheckManyInFlight(Communicator& comm, size_t count, uint32_t seed, int ops) {
+  const int n = comm.size(), r = comm.rank();
+  struct Op {
+    std::string what;
+    std::unique_ptr<Buffer> in, out;
+    std::function<Buffer()> expected;
+    CommHandle handle;
+  };
+  std::vector<Op> started(ops);
+  for (int i = 0; i < ops; ++i) {
+    Op& op = started[i];
+    const DType dtype = kDTypes[i % 3];
+    const ReduceOp reduce = kOps[(i / 3) % 3];
+    const size_t c = count + size_t(i);
+    const uint32_t s = seed + uint32_t(i);
+    switch (i % 4) {
+      case 0:
+        op.what = Name("in-flight all_reduce", c, dtype, reduce, false);
+        op.in = std::make_unique<Buffer>(Inputs(r, c, dtype, s));
+        op.out = std::make_unique<Buffer>(c, dtype);
+        op.handle = comm.StartAllReduce(op.in->data(), op.out->data(), c, dtype, reduce);
+        op.expected = [=] { return ExpectReduced(n, c, dtype, reduce, s, 0); };
+        break;
+      case 1:
+        op.what = Name("in-flight all_gather", c, dtype);
+        op.in = std::make_unique<Buffer>(Inputs(r, c, dtype, s));
+        op.out = std::make_unique<Buffer>(c * n, dtype);
+        op.handle = comm.StartAllGather(op.in->data(), op.out->data(), c, dtype);
+        op.expected = [=] { return ExpectGathered(n, c, dtype, s); };
+        break;
+      case 2:
+        op.what = Name("in-flight reduce_scatter", c, dtype, reduce, false);
+        op.in = std::make_unique<Buffer>(Inputs(r, c * n, dtype, s));
+        op.out = std::make_unique<Buffer>(c, dtype);
+        op.handle = comm.StartReduceScatter(op.in->data(), op.out->data(), c, dtype, reduce);
+        op.expected = [=] { return ExpectReduced(n, c, dtype, reduce, s, size_t(r) * c); };
+        break;
+      default: {
+        const int root = i % n;
+        op.what = fmt::format("in-flight {} from root {}", Name("broadcast", c, dtype), root);
+        op.out = std::make_unique<Buffer>(r == root ? Inputs(r, c, dtype, s) : Buffer(c, dtype));
+        op.handle = comm.StartBroadcast(op.out->data(), c, dtype, root);
+        op.expected = [=] { return Inputs(root, c, dtype, s); };
+        break;
+      }
+    }
+  }
+  Status first;
+  for (Op& op : started) {
+    Status s = Named(op.handle.Wait(), op.what);
+    if (s.ok()) s = Compare(comm, op.what, *op.out, 0, op.expected());
+    if (first.ok() && !s.ok()) first = s;
+  }
+  return first;
+}
+
+Status CheckReduceScatterAllGatherEqualsAllReduce(Communicator& comm, size_t count, DType dtype,
+                                                  ReduceOp op, uint32_t seed) {
+  const std::string what =
+      fmt::format("reduce_scatter+all_gather vs all_reduce (count={} per rank, {}, {})", count,
+                  DTypeName(dtype), ReduceOpName(op));
+  const int n = comm.size(), r = comm.rank();
+  const size_t total = count * n;
+  Buffer input = Inputs(r, total, dtype, seed);
+  Buffer shard(count, dtype), gathered(total, dtype), reduced(total, dtype);
+  ZS_RETURN_IF_ERROR(Named(comm.ReduceScatter(input.data(), shard.data(), count, dtype, op), what));
+  ZS_RETURN_IF_ERROR(Named(comm.AllGather(shard.data(), gathered.data(), count, dtype), what));
+  ZS_RETURN_IF_ERROR(Named(comm.AllReduce(input.data(), reduced.data(), total, dtype, op), what));
+  ZS_RETURN_IF_ERROR(Compare(comm, what, gathered, 0, reduced));
+  return Compare(comm, what, reduced, 0, ExpectReduced(n, total, dtype, op, seed, 0));
+}
+
+namespace {
+
+// Splits comm, then checks the child's size, rank and membership (parent ranks in child order).
+Status CheckOneSplit(Communicator& comm, const std::string& name, int color, int key,
+                     const std::vector<int>& expected_members) {
+  const std::string what = fmt::format("split '{}' (color={}, key={})", name, color, key);
+  StatusOr<std::unique_ptr<Communicator>> split = comm.Split(color, key, name);
+  ZS_RETURN_IF_ERROR(Named(split.status(), what));
+  std::unique_ptr<Communicator> child = std::move(*split);
+  if (color < 0) {
+    if (child != nullptr) {
+      return InternalError(
+          fmt::format("{}: rank {} got a communicator for a negative color", what, comm.rank()));
+    }
+    return OkStatus();
+  }
+  if (child == nullptr) return InternalError(fmt::format("{}: got no communicator", what));
+  const int m = int(expected_members.size());
+  auto it = std::find(expected_members.begin(), expected_members.end(), comm.rank());
+  const int expected_rank = int(it - expected_members.begin());
+  if (child->size() != m || child->rank() != expected_rank || child->group_name() != name) {
+    return InternalError(
+        fmt::format("{}: parent rank {} got rank {} of {} in group '{}', "
+                    "expected rank {} of {} in '{}'",
+                    what, comm.rank(), child->rank(), child->size(), child->group_name(),
+                    expected_rank, m, name));
+  }
+  const float me = float(comm.rank());
+  Buffer members(size_t(m), DType::kF32);
+  ZS_RETURN_IF_ERROR(
+      Named(child->AllGather(&me, members.data(), 1, DType::kF32), what + ": all_gather"));
+  for (int i = 0; i < m; ++i) {
+    if (members.Get(i) != float(expected_members[i])) {
+      return InternalError(fmt::format("{}: child rank {} is parent rank {}, expected {}", what, i,
+                                       members.Get(i), expected_members[i]));
+    }
+  }
+  ZS_RETURN_IF_ERROR(Named(CheckAllReduce(*child, 1001, DType::kBF16, ReduceOp::kSum, 41), what));
+  ZS_RETURN_IF_ERROR(Named(CheckReduceScatter(*child, 7, DType::kF32, ReduceOp::kAvg, 42), what));
+  ZS_RETURN_IF_ERROR(Named(CheckBroadcast(*child, 5, DType::kF16, m - 1, 43), what));
+  return Named(child->Barrier(), what + ": barrier");
+}
+
+}  // namespace
+
+Status CheckSplit(Communicator& comm) {
+  const int n = comm.size(), r = comm.rank();
+  std::vector<int> members;
+  for (int k = r % 2; k < n; k += 2) members.push_back(k);
+  ZS_RETURN_IF_ERROR(CheckOneSplit(comm, "even_odd", r % 2, r, members));
+
+  members.clear();
+  for (int k = n - 1; k >= 0; --k) members.push_back(k);
+  ZS_RETURN_IF_ERROR(CheckOneSplit(comm, "reversed", 7, -r, members));
+
+  // A grid with rows of two: rows are {0,1}, {2,3}, ...; columns {0,2,..}, {1,3,..}.
+  members.clear();
+  for (int k = r / 2 * 2; k < std::min(n, r / 2 * 2 + 2); ++k) members.push_back(k);
+  ZS_RETURN_IF_ERROR(CheckOneSplit(comm, "grid_row", r / 2, r % 2, members));
+  members.clear();
+  for (int k = r % 2; k < n; k += 2) members.push_back(k);
+  ZS_RETURN_IF_ERROR(CheckOneSplit(comm, "grid_column", r % 2, r / 2, members));
+
+  members.clear();
+  for (int k = 1; k < n; ++k) members.push_back(k);
+  return CheckOneSplit(comm, "without_rank0", r == 0 ? -1 : 3, 0, members);
+}
+
+Status CheckArgumentErrors(Communicator& comm) {
+  const int n = comm.size();
+  std::vector<float> buffer(4 * size_t(n), 1.0f), other(4 * size_t(n), 1.0f);
+  void* b = buffer.data();
+  void* o = other.data();
+  const DType f32 = DType::kF32;
+  ZS_RETURN_IF_ERROR(ExpectInvalid(comm, comm.StartBroadcast(b, 4, f32, n), "broadcast root=n"));
+  ZS_RETURN_IF_ERROR(ExpectInvalid(comm, comm.StartBroadcast(b, 4, f32, -1), "broadcast root=-1"));
+  ZS_RETURN_IF_ERROR(ExpectInvalid(comm, comm.StartSend(b, 4, f32, n), "send to rank n"));
+  ZS_RETURN_IF_ERROR(ExpectInvalid(comm, comm.StartSend(b, 4, f32, -1), "send to rank -1"));
+  ZS_RETURN_IF_ERROR(ExpectInvalid(comm, comm.StartRecv(b, 4, f32, n), "recv from rank n"));
+  ZS_RETURN_IF_ERROR(ExpectInvalid(comm, comm.StartRecv(b, 4, f32, -7), "recv from rank -7"));
+  const int peer = (comm.rank() + 1) % n;
+  ZS_RETURN_IF_ERROR(ExpectInvalid(comm, comm.StartSend(nullptr, 4, f32, peer), "send null"));
+  ZS_RETURN_IF_ERROR(ExpectInvalid(comm, comm.StartRecv(nullptr, 4, f32, peer), "recv null"));
+  ZS_RETURN_IF_ERROR(ExpectInvalid(comm, comm.StartAllReduce(nullptr, o, 4, f32, ReduceOp::kSum),
+                                   "all_reduce null send"));
+  ZS_RETURN_IF_ERROR(ExpectInvalid(comm, comm.StartAllReduce(b, nullptr, 4, f32, ReduceOp::kMax),
+                                   "all_reduce null recv"));
+  ZS_RETURN_IF_ERROR(
+      ExpectInvalid(comm, comm.StartAllGather(nullptr, o, 4, f32), "all_gather null send"));
+  ZS_RETURN_IF_ERROR(
+      ExpectInvalid(comm, comm.StartAllGather(b, nullptr, 4, f32), "all_gather null recv"));
+  ZS_RETURN_IF_ERROR(ExpectInvalid(
+      comm, comm.StartReduceScatter(nullptr, o, 4, f32, ReduceOp::kAvg), "reduce_scatter null"));
+  ZS_RETURN_IF_ERROR(ExpectInvalid(
+      comm, comm.StartReduceScatter(b, nullptr, 4, f32, ReduceOp::kSum), "reduce_scatter null"));
+  return ExpectInvalid(comm, comm.StartBroadcast(nullptr, 4, f32, 0), "broadcast null");
+}
+
+Status RunAllCommChecks(Communicator& comm) {
+  const int n = comm.size();
+  uint32_t seed = 1;
+  for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1001}}) {
+    for (DType dtype : kDTypes) {
+      ZS_RETURN_IF_ERROR(CheckAllGather(comm, count, dtype, seed++));
+      ZS_RETURN_IF_ERROR(CheckAllGather(comm, count, dtype, seed++, /*in_place=*/true));
+      for (ReduceOp op : kOps) {
+        for (bool in_place : {false, true}) {
+          ZS_RETURN_IF_ERROR(CheckAllReduce(comm, count, dtype, op, seed++, in_place));
+          ZS_RETURN_IF_ERROR(CheckReduceScatter(comm, count, dtype, op, seed++, in_place));
+        }
+      }
+    }
+    for (int root = 0; root < n; ++root) {
+      ZS_RETURN_IF_ERROR(CheckBroadcast(comm, count, kDTypes[root % 3], root, seed++));
+    }
+    ZS_RETURN_IF_ERROR(CheckSendRecvRing(comm, count, kDTypes[count % 3], seed++));
+  }
+  constexpr size_t kLarge = 65537;
+  ZS_RETURN_IF_ERROR(CheckAllReduce(comm, kLarge, DType::kF32, ReduceOp::kSum, seed++));
+  ZS_RETURN_IF_ERROR(CheckAllReduce(comm, kLarge, DType::kBF16, ReduceOp::kAvg, seed++, true));
+  ZS_RETURN_IF_ERROR(CheckReduceScatter(comm, kLarge, DType::kF16, ReduceOp::kMax, seed++));
+  ZS_RETURN_IF_ERROR(CheckAllGather(comm, kLarge, DType::kBF16, seed++));
+  ZS_RETURN_IF_ERROR(CheckBroadcast(comm, kLarge, DType::kF32, n - 1, seed++));
+  ZS_RETURN_IF_ERROR(CheckSendRecvRing(comm, kLarge, DType::kF32, seed++));
+  ZS_RETURN_IF_ERROR(
+      CheckReduceScatterAllGatherEqualsAllReduce(comm, 1001, DType::kF32, ReduceOp::kSum, seed++));
+  ZS_RETURN_IF_ERROR(
+      CheckReduceScatterAllGatherEqualsAllReduce(comm, 4099, DType::kBF16, ReduceOp::kAvg, seed++));
+  ZS_RETURN_IF_ERROR(
+      CheckReduceScatterAllGatherEqualsAllReduce(comm, 333, DType::kF16, ReduceOp::kMax, seed++));
+  ZS_RETURN_IF_ERROR(CheckBarrier(comm));
+  ZS_RETURN_IF_ERROR(CheckManyInFlight(comm, 1001, seed));
+  seed += 16;
+  ZS_RETURN_IF_ERROR(CheckSplit(comm));
+  return CheckArgumentErrors(comm);
+}
+
+}  // namespace zs::testing
