@@ -22,7 +22,10 @@ build: setup $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
 demo: build
-	$(BUILD)/bin/zs_demo
+	@echo "== 4 ranks as threads (local backend) =="
+	$(BUILD)/bin/zs_demo --world 4
+	@echo "== 4 ranks as processes over libfabric shm, started by zerorun =="
+	$(BUILD)/bin/zerorun -n 4 --backend fabric $(BUILD)/bin/zs_demo
 
 test: test-release test-asan test-tsan
 	@echo "zerostack: all test suites passed (release, asan+ubsan, tsan)"

@@ -48,8 +48,10 @@ inline void CombineF32(float* __restrict acc, const float* __restrict x, size_t 
 // The loops above vectorize at -O3 (see CMakeLists.txt); target_clones compiles this function
 // once per ISA and picks the widest the CPU has at load time (ifunc), so one binary runs
 // everywhere and still uses AVX-512 where it exists. Results are identical across clones:
-// every lane does the same IEEE f32 additions in the same order.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// every lane does the same IEEE f32 additions in the same order. Not under sanitizers: the
+// ifunc resolver runs during relocation, before the TSan runtime is up, and crashes the program.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
 #define ZS_REDUCE_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define ZS_REDUCE_CLONES

@@ -164,20 +164,19 @@ FabricCommunicator::FabricCommunicator(std::shared_ptr<FabricEndpoint> endpoint,
       tuning_(tuning),
       send_seq_(world_ranks_.size(), 0),
       recv_seq_(world_ranks_.size(), 0),
-      queue_(fmt::format("fabric communicator of group '{}' (rank {})", options_.group_name,
-                         rank)) {
+      queue_(std::in_place,
+             fmt::format("fabric communicator of group '{}' (rank {})", options_.group_name, rank)) {
   for (int w : world_ranks_) addresses_.push_back(endpoint_->peer_address(w));
 }
 
 FabricCommunicator::~FabricCommunicator() {
+  queue_.reset();  // runs what is still queued, joins the worker
   {
     std::lock_guard<std::mutex> lock(p2p_mu_);
     p2p_stopping_ = true;
   }
   p2p_cv_.notify_all();
   if (p2p_thread_.joinable()) p2p_thread_.join();
-  // queue_ is destroyed first (declared last) and drains the queued operations; then the
-  // scratch ring can go.
   if (options_.tracker != nullptr && scratch_bytes_ > 0) {
     options_.tracker->Sub(MemoryTier::kHost, MemoryCategory::kCommBuffers,
                           int64_t(scratch_bytes_));
@@ -546,7 +545,7 @@ CommHandle FabricCommunicator::StartAllGather(const void* send, void* recv, size
   if (!check.ok()) return CommHandle::Completed(check, description);
   const uint32_t seq = next_seq_++;
   const size_t bytes = count * DTypeSize(dtype);
-  return queue_.Submit(description, [=, this] {
+  return queue_->Submit(description, [=, this] {
     return Guarded(description, [&] {
       return RunAllGather(description, OpKind::kAllGather, seq, send, recv, bytes);
     });
@@ -566,7 +565,7 @@ CommHandle FabricCommunicator::StartReduceScatter(const void* send, void* recv, 
     blocks.offset.push_back(size_t(p) * bytes);
     blocks.bytes.push_back(bytes);
   }
-  return queue_.Submit(description, [=, this] {
+  return queue_->Submit(description, [=, this] {
     return Guarded(description, [&] {
       return RunReduce(description, seq, send, recv, blocks, dtype, op, false);
     });
@@ -589,7 +588,7 @@ CommHandle FabricCommunicator::StartAllReduce(const void* send, void* recv, size
     blocks.offset.push_back(begin * esize);
     blocks.bytes.push_back((end - begin) * esize);
   }
-  return queue_.Submit(description, [=, this] {
+  return queue_->Submit(description, [=, this] {
     return Guarded(description, [&] {
       return RunReduce(description, seq, send, recv, blocks, dtype, op, true);
     });
@@ -604,7 +603,7 @@ CommHandle FabricCommunicator::StartBroadcast(void* buffer, size_t count, DType 
   if (!check.ok()) return CommHandle::Completed(check, description);
   const uint32_t seq = next_seq_++;
   const size_t bytes = count * DTypeSize(dtype);
-  return queue_.Submit(description, [=, this] {
+  return queue_->Submit(description, [=, this] {
     return Guarded(description,
                    [&] { return RunBroadcast(description, seq, buffer, bytes, root); });
   });
@@ -646,7 +645,7 @@ CommHandle FabricCommunicator::StartBarrier() {
   std::string description =
       fmt::format("barrier on group '{}' (rank {} of {})", group_name(), rank_, size());
   const uint32_t seq = next_seq_++;
-  return queue_.Submit(description, [=, this] {
+  return queue_->Submit(description, [=, this] {
     return Guarded(description, [&] { return RunBarrier(description, seq); });
   });
 }
@@ -658,7 +657,7 @@ StatusOr<std::unique_ptr<Communicator>> FabricCommunicator::Split(int color, int
   const std::string description =
       fmt::format("split(color={}, key={}, '{}') on group '{}' (rank {} of {})", color, key, name,
                   group_name(), rank_, size());
-  CommHandle handle = queue_.Submit(description, [&, seq] {
+  CommHandle handle = queue_->Submit(description, [&, seq] {
     return Guarded(description, [&] { return RunSplit(seq, color, key, name, &child); });
   });
   ZS_RETURN_IF_ERROR(handle.Wait());

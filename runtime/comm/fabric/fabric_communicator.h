@@ -37,6 +37,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <string>
 #include <vector>
@@ -145,7 +146,9 @@ class FabricCommunicator final : public Communicator {
   bool p2p_stopping_ = false;                                 // guarded by p2p_mu_
   std::thread p2p_thread_;
 
-  OpQueue queue_;  // last: destroyed (drained) first
+  // Reset first thing in the destructor: the queued operations must finish before the p2p
+  // thread stops, the scratch accounting is settled and the comm id is released.
+  std::optional<OpQueue> queue_;
 };
 
 }  // namespace zs
