@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cstddef>
+
 namespace zs {
 
 std::string DescribeOp(const Communicator& comm, std::string_view op, size_t count, DType dtype) {
@@ -33,6 +35,22 @@ Status CheckPeer(const Communicator& comm, int peer, std::string_view op) {
                                             comm.size()));
   }
   return OkStatus();
+}
+
+Status CheckInPlace(std::string_view inner_name, const void* inner, size_t inner_bytes,
+                    std::string_view outer_name, const void* outer, size_t outer_bytes,
+                    size_t offset, std::string_view what) {
+  if (inner == nullptr || outer == nullptr || inner_bytes == 0 || outer_bytes == 0) {
+    return OkStatus();
+  }
+  const auto* in = static_cast<const std::byte*>(inner);
+  const auto* out = static_cast<const std::byte*>(outer);
+  const bool overlap = in < out + outer_bytes && out < in + inner_bytes;
+  if (!overlap || in == out + offset) return OkStatus();
+  return InvalidArgumentError(fmt::format("{}: {} buffer {} overlaps {} buffer {} but is not the "
+                                          "in-place block ({} + {} bytes)",
+                                          what, inner_name, inner, outer_name, outer, outer_name,
+                                          offset));
 }
 
 }  // namespace zs

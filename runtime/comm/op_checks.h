@@ -23,4 +23,12 @@ Status CheckBuffer(const Communicator& comm, std::string_view what, const void* 
                    size_t count, std::string_view op);
 Status CheckPeer(const Communicator& comm, int peer, std::string_view op);
 
+// Overlapping send and recv buffers are allowed only in the in-place layout of communicator.h:
+// `inner == outer + offset` (all_gather: inner = send, outer = recv, offset = rank * bytes;
+// reduce_scatter: inner = recv, outer = send; all_reduce: offset 0). Any other overlap is
+// InvalidArgument naming both buffers. Null or empty buffers never overlap.
+Status CheckInPlace(std::string_view inner_name, const void* inner, size_t inner_bytes,
+                    std::string_view outer_name, const void* outer, size_t outer_bytes,
+                    size_t offset, std::string_view what);
+
 }  // namespace zs

@@ -83,7 +83,16 @@ class FabricBackend final : public Backend {
     tuning.window = int(window);
 
     const auto deadline = Clock::now() + options.timeout;
-    const std::string prefix = "fabric/" + group + "/";
+    // The n-th Connect of this rank to this group through this store joins the n-th group:
+    // its generation is the first one for which this rank has not published its peer key yet
+    // (only this rank writes its keys, so the count is race-free and is the same in every
+    // process that shares a FileStore). Old generations' keys are never read again.
+    const std::string group_prefix = fmt::format("fabric/{}/w{}/", group, world_size);
+    int64_t generation = 0;
+    while (store.Contains(fmt::format("{}g{}/peer/{}", group_prefix, generation, rank))) {
+      ++generation;
+    }
+    const std::string prefix = fmt::format("{}g{}/", group_prefix, generation);
     const FabricPeer self = SelfPeer();
     ZS_RETURN_IF_ERROR(store.Set(prefix + "peer/" + std::to_string(rank), EncodePeer(self)));
     std::vector<FabricPeer> peers(world_size);

@@ -433,7 +433,12 @@ void FabricCommunicator::PointToPointLoop() {
       bool progressed = false;
       Status status = active[i]->streams->Poll(&progressed);
       any_progress = any_progress || progressed;
-      if (status.ok() && !active[i]->streams->AllDone() && !progressed) {
+      // Health (deadline, dead peers) is checked whenever the operation is not done, even when
+      // the poll progressed: completions of other requests on the shared endpoint count as
+      // progress, so a send/recv whose peer never answers would otherwise outlive its timeout
+      // while other traffic flows. CheckHealth is cheap: a clock read, and the liveness check
+      // is rate-limited inside FabricTransfer.
+      if (status.ok() && !active[i]->streams->AllDone()) {
         status = active[i]->transfer->CheckHealth();
       }
       if (!status.ok()) {
@@ -540,11 +545,15 @@ Status FabricCommunicator::RunSplit(uint32_t seq, int color, int key, const std:
 CommHandle FabricCommunicator::StartAllGather(const void* send, void* recv, size_t count,
                                               DType dtype) {
   std::string description = DescribeOp(*this, "all_gather", count, dtype);
+  const size_t bytes = count * DTypeSize(dtype);
   Status check = CheckBuffer(*this, "send", send, count, "all_gather");
-  if (check.ok()) check = CheckBuffer(*this, "recv", recv, count, "all_gather");
+  if (check.ok()) check = CheckBuffer(*this, "recv", recv, count * size(), "all_gather");
+  if (check.ok()) {
+    check = CheckInPlace("send", send, bytes, "recv", recv, bytes * size(), bytes * rank_,
+                         description);
+  }
   if (!check.ok()) return CommHandle::Completed(check, description);
   const uint32_t seq = next_seq_++;
-  const size_t bytes = count * DTypeSize(dtype);
   return queue_->Submit(description, [=, this] {
     return Guarded(description, [&] {
       return RunAllGather(description, OpKind::kAllGather, seq, send, recv, bytes);
@@ -555,11 +564,16 @@ CommHandle FabricCommunicator::StartAllGather(const void* send, void* recv, size
 CommHandle FabricCommunicator::StartReduceScatter(const void* send, void* recv, size_t count,
                                                   DType dtype, ReduceOp op) {
   std::string description = DescribeOp(*this, "reduce_scatter", count, dtype, op);
-  Status check = CheckBuffer(*this, "send", send, count, "reduce_scatter");
+  const size_t bytes = count * DTypeSize(dtype);
+  Status check = CheckBuffer(*this, "send", send, count * size(), "reduce_scatter");
   if (check.ok()) check = CheckBuffer(*this, "recv", recv, count, "reduce_scatter");
+  // In place: recv == send + rank * count.
+  if (check.ok()) {
+    check = CheckInPlace("recv", recv, bytes, "send", send, bytes * size(), bytes * rank_,
+                         description);
+  }
   if (!check.ok()) return CommHandle::Completed(check, description);
   const uint32_t seq = next_seq_++;
-  const size_t bytes = count * DTypeSize(dtype);
   Blocks blocks;
   for (int p = 0; p < size(); ++p) {
     blocks.offset.push_back(size_t(p) * bytes);
@@ -575,11 +589,14 @@ CommHandle FabricCommunicator::StartReduceScatter(const void* send, void* recv, 
 CommHandle FabricCommunicator::StartAllReduce(const void* send, void* recv, size_t count,
                                               DType dtype, ReduceOp op) {
   std::string description = DescribeOp(*this, "all_reduce", count, dtype, op);
+  const size_t esize = DTypeSize(dtype);
   Status check = CheckBuffer(*this, "send", send, count, "all_reduce");
   if (check.ok()) check = CheckBuffer(*this, "recv", recv, count, "all_reduce");
+  if (check.ok()) {
+    check = CheckInPlace("send", send, count * esize, "recv", recv, count * esize, 0, description);
+  }
   if (!check.ok()) return CommHandle::Completed(check, description);
   const uint32_t seq = next_seq_++;
-  const size_t esize = DTypeSize(dtype);
   const size_t per_block = (count + size() - 1) / size();
   Blocks blocks;
   for (int p = 0; p < size(); ++p) {

@@ -15,26 +15,6 @@ namespace {
 
 constexpr size_t kChunkAlign = 64;  // all_reduce chunk boundaries, in elements
 
-bool Overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
-  if (a == nullptr || b == nullptr || a_bytes == 0 || b_bytes == 0) return false;
-  const auto* pa = static_cast<const std::byte*>(a);
-  const auto* pb = static_cast<const std::byte*>(b);
-  return pa < pb + b_bytes && pb < pa + a_bytes;
-}
-
-// The one in-place layout allowed when send and recv overlap: `send == recv + offset`.
-Status CheckInPlace(const void* send, size_t send_bytes, const void* recv, size_t recv_bytes,
-                    size_t offset, const std::string& what) {
-  if (!Overlap(send, send_bytes, recv, recv_bytes)) return OkStatus();
-  if (static_cast<const std::byte*>(send) == static_cast<const std::byte*>(recv) + offset) {
-    return OkStatus();
-  }
-  return InvalidArgumentError(
-      fmt::format("{}: send buffer {} overlaps recv buffer {} but is not "
-                  "the in-place block (recv + {} bytes)",
-                  what, send, recv, offset));
-}
-
 std::byte* At(void* base, size_t index, size_t element) {
   return static_cast<std::byte*>(base) + index * element;
 }
@@ -134,7 +114,9 @@ CommHandle LocalCommunicator::StartAllGather(const void* send, void* recv, size_
   const size_t bytes = count * DTypeSize(dtype);
   Status valid = CheckBuffer(*this, "send", send, count, what);
   if (valid.ok()) valid = CheckBuffer(*this, "recv", recv, count * size(), what);
-  if (valid.ok()) valid = CheckInPlace(send, bytes, recv, bytes * size(), bytes * rank_, what);
+  if (valid.ok()) {
+    valid = CheckInPlace("send", send, bytes, "recv", recv, bytes * size(), bytes * rank_, what);
+  }
   if (!valid.ok()) return CommHandle::Completed(valid, what);
   CollectiveCall call{
       .kind = CallKind::kAllGather, .count = count, .dtype = dtype, .send = send, .recv = recv};
@@ -150,12 +132,8 @@ CommHandle LocalCommunicator::StartReduceScatter(const void* send, void* recv, s
   Status valid = CheckBuffer(*this, "send", send, count * size(), what);
   if (valid.ok()) valid = CheckBuffer(*this, "recv", recv, count, what);
   // In place: recv == send + rank * count, i.e. send == recv - rank * count.
-  if (valid.ok() && Overlap(send, bytes * size(), recv, bytes) &&
-      static_cast<const std::byte*>(send) + bytes * rank_ != static_cast<std::byte*>(recv)) {
-    valid =
-        InvalidArgumentError(fmt::format("{}: recv buffer {} overlaps send buffer {} but is "
-                                         "not the in-place block (send + {} bytes)",
-                                         what, recv, send, bytes * rank_));
+  if (valid.ok()) {
+    valid = CheckInPlace("recv", recv, bytes, "send", send, bytes * size(), bytes * rank_, what);
   }
   if (!valid.ok()) return CommHandle::Completed(valid, what);
   CollectiveCall call{.kind = CallKind::kReduceScatter,
@@ -175,7 +153,7 @@ CommHandle LocalCommunicator::StartAllReduce(const void* send, void* recv, size_
   const size_t bytes = count * DTypeSize(dtype);
   Status valid = CheckBuffer(*this, "send", send, count, what);
   if (valid.ok()) valid = CheckBuffer(*this, "recv", recv, count, what);
-  if (valid.ok()) valid = CheckInPlace(send, bytes, recv, bytes, 0, what);
+  if (valid.ok()) valid = CheckInPlace("send", send, bytes, "recv", recv, bytes, 0, what);
   if (!valid.ok()) return CommHandle::Completed(valid, what);
   CollectiveCall call{.kind = CallKind::kAllReduce,
                       .count = count,

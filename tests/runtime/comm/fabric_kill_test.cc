@@ -57,7 +57,7 @@ int Worker(const fs::path& dir, int rank) {
   auto store = FileStore::Open((dir / "store").string());
   if (!store.ok()) return 2;
   CommOptions options;
-  options.timeout = std::chrono::milliseconds(20'000);
+  options.timeout = std::chrono::milliseconds(10'000);
   options.transport = "shm";
   options.group_name = "kill";
   auto comm = MakeFabricBackend()->Connect(**store, rank, kWorld, options);
@@ -131,12 +131,14 @@ TEST(FabricKillTest, SurvivorsNameTheKilledRank) {
   EXPECT_TRUE(WIFSIGNALED(victim_status));
   RemoveShmFilesOf(victim);
 
-  // Survivors must report within their 20 s timeout (the liveness check usually takes < 1 s).
+  // Survivors must report within their 10 s timeout (the liveness check usually takes < 1 s; a
+  // survivor waiting only on the other, still-living survivor needs the full timeout). The
+  // test allows 6x that, for loaded CI machines and sanitizer builds.
   bool reported = true;
   for (int r = 0; r < kWorld; ++r) {
     if (r == kVictim) continue;
     reported = reported &&
-               WaitForFile(dir / ("result." + std::to_string(r)), std::chrono::seconds(40));
+               WaitForFile(dir / ("result." + std::to_string(r)), std::chrono::seconds(60));
   }
   WriteFile(dir / "release", "go");
   if (!reported) {
