@@ -35,3 +35,8 @@
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/connect.h"
 #include "runtime/comm/process_groups.h"
+
+// sharding: the pure ZeRO layout (padded equal shards, typed offsets, bucket plans).
+#include "runtime/sharding/bucket_plan.h"
+#include "runtime/sharding/offsets.h"
+#include "runtime/sharding/shard_layout.h"
