@@ -49,6 +49,14 @@ CommHandle LocalCommunicator::Enqueue(std::string description,
   });
 }
 
+CommHandle LocalCommunicator::EnqueueCollective(CollectiveCall call, std::string what) {
+  std::string description = what;
+  return Enqueue(std::move(description),
+                 [this, call, what = std::move(what)](Clock::time_point deadline) {
+                   return RunCollective(call, what, deadline);
+                 });
+}
+
 Status LocalCommunicator::Step(const std::string& what, Clock::time_point deadline) {
   const uint64_t step = ++step_;
   group_->Arrive(rank_, step);
@@ -120,9 +128,7 @@ CommHandle LocalCommunicator::StartAllGather(const void* send, void* recv, size_
   if (!valid.ok()) return CommHandle::Completed(valid, what);
   CollectiveCall call{
       .kind = CallKind::kAllGather, .count = count, .dtype = dtype, .send = send, .recv = recv};
-  return Enqueue(what, [this, call, what](Clock::time_point deadline) {
-    return RunCollective(call, what, deadline);
-  });
+  return EnqueueCollective(call, std::move(what));
 }
 
 CommHandle LocalCommunicator::StartReduceScatter(const void* send, void* recv, size_t count,
@@ -142,9 +148,7 @@ CommHandle LocalCommunicator::StartReduceScatter(const void* send, void* recv, s
                       .op = op,
                       .send = send,
                       .recv = recv};
-  return Enqueue(what, [this, call, what](Clock::time_point deadline) {
-    return RunCollective(call, what, deadline);
-  });
+  return EnqueueCollective(call, std::move(what));
 }
 
 CommHandle LocalCommunicator::StartAllReduce(const void* send, void* recv, size_t count,
@@ -161,9 +165,7 @@ CommHandle LocalCommunicator::StartAllReduce(const void* send, void* recv, size_
                       .op = op,
                       .send = send,
                       .recv = recv};
-  return Enqueue(what, [this, call, what](Clock::time_point deadline) {
-    return RunCollective(call, what, deadline);
-  });
+  return EnqueueCollective(call, std::move(what));
 }
 
 CommHandle LocalCommunicator::StartBroadcast(void* buffer, size_t count, DType dtype, int root) {
@@ -178,9 +180,7 @@ CommHandle LocalCommunicator::StartBroadcast(void* buffer, size_t count, DType d
                       .root = root,
                       .send = buffer,
                       .recv = buffer};
-  return Enqueue(what, [this, call, what](Clock::time_point deadline) {
-    return RunCollective(call, what, deadline);
-  });
+  return EnqueueCollective(call, std::move(what));
 }
 
 CommHandle LocalCommunicator::StartBarrier() {

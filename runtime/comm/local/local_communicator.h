@@ -45,6 +45,8 @@ class LocalCommunicator final : public Communicator {
   // Queues fn(deadline) and marks this rank failed in the group if it fails.
   CommHandle Enqueue(std::string description, std::function<Status(Clock::time_point)> fn);
   // Runs one collective on the worker thread (the rendezvous and the data movement).
+  // Enqueue(what, RunCollective(call, what, deadline)): the tail of every collective's Start.
+  CommHandle EnqueueCollective(CollectiveCall call, std::string what);
   Status RunCollective(CollectiveCall call, const std::string& what, Clock::time_point deadline);
   Status RunSplit(int color, int key, std::string name, const std::string& what,
                   Clock::time_point deadline, std::unique_ptr<Communicator>* result);
