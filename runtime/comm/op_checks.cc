@@ -53,4 +53,30 @@ Status CheckInPlace(std::string_view inner_name, const void* inner, size_t inner
                                           offset));
 }
 
+Status CheckAllGatherArgs(const Communicator& comm, const void* send, const void* recv,
+                          size_t count, DType dtype, std::string_view what) {
+  const size_t bytes = count * DTypeSize(dtype), n = size_t(comm.size());
+  ZS_RETURN_IF_ERROR(CheckBuffer(comm, "send", send, count, what));
+  ZS_RETURN_IF_ERROR(CheckBuffer(comm, "recv", recv, count * n, what));
+  // In place: send == recv + rank * count.
+  return CheckInPlace("send", send, bytes, "recv", recv, bytes * n, bytes * comm.rank(), what);
+}
+
+Status CheckReduceScatterArgs(const Communicator& comm, const void* send, const void* recv,
+                              size_t count, DType dtype, std::string_view what) {
+  const size_t bytes = count * DTypeSize(dtype), n = size_t(comm.size());
+  ZS_RETURN_IF_ERROR(CheckBuffer(comm, "send", send, count * n, what));
+  ZS_RETURN_IF_ERROR(CheckBuffer(comm, "recv", recv, count, what));
+  // In place: recv == send + rank * count.
+  return CheckInPlace("recv", recv, bytes, "send", send, bytes * n, bytes * comm.rank(), what);
+}
+
+Status CheckAllReduceArgs(const Communicator& comm, const void* send, const void* recv,
+                          size_t count, DType dtype, std::string_view what) {
+  const size_t bytes = count * DTypeSize(dtype);
+  ZS_RETURN_IF_ERROR(CheckBuffer(comm, "send", send, count, what));
+  ZS_RETURN_IF_ERROR(CheckBuffer(comm, "recv", recv, count, what));
+  return CheckInPlace("send", send, bytes, "recv", recv, bytes, 0, what);  // in place: equal
+}
+
 }  // namespace zs

@@ -27,6 +27,16 @@ Status CheckPeer(const Communicator& comm, int peer, std::string_view op);
 // `inner == outer + offset` (all_gather: inner = send, outer = recv, offset = rank * bytes;
 // reduce_scatter: inner = recv, outer = send; all_reduce: offset 0). Any other overlap is
 // InvalidArgument naming both buffers. Null or empty buffers never overlap.
+// The argument checks of each collective, shared by every backend: null buffers for nonzero
+// counts (CheckBuffer) and overlaps other than the in-place form of communicator.h
+// (CheckInPlace). `what` is the operation's description (DescribeOp).
+Status CheckAllGatherArgs(const Communicator& comm, const void* send, const void* recv,
+                          size_t count, DType dtype, std::string_view what);
+Status CheckReduceScatterArgs(const Communicator& comm, const void* send, const void* recv,
+                              size_t count, DType dtype, std::string_view what);
+Status CheckAllReduceArgs(const Communicator& comm, const void* send, const void* recv,
+                          size_t count, DType dtype, std::string_view what);
+
 Status CheckInPlace(std::string_view inner_name, const void* inner, size_t inner_bytes,
                     std::string_view outer_name, const void* outer, size_t outer_bytes,
                     size_t offset, std::string_view what);

@@ -546,12 +546,7 @@ CommHandle FabricCommunicator::StartAllGather(const void* send, void* recv, size
                                               DType dtype) {
   std::string description = DescribeOp(*this, "all_gather", count, dtype);
   const size_t bytes = count * DTypeSize(dtype);
-  Status check = CheckBuffer(*this, "send", send, count, "all_gather");
-  if (check.ok()) check = CheckBuffer(*this, "recv", recv, count * size(), "all_gather");
-  if (check.ok()) {
-    check = CheckInPlace("send", send, bytes, "recv", recv, bytes * size(), bytes * rank_,
-                         description);
-  }
+  Status check = CheckAllGatherArgs(*this, send, recv, count, dtype, description);
   if (!check.ok()) return CommHandle::Completed(check, description);
   const uint32_t seq = next_seq_++;
   return queue_->Submit(description, [=, this] {
@@ -565,13 +560,7 @@ CommHandle FabricCommunicator::StartReduceScatter(const void* send, void* recv, 
                                                   DType dtype, ReduceOp op) {
   std::string description = DescribeOp(*this, "reduce_scatter", count, dtype, op);
   const size_t bytes = count * DTypeSize(dtype);
-  Status check = CheckBuffer(*this, "send", send, count * size(), "reduce_scatter");
-  if (check.ok()) check = CheckBuffer(*this, "recv", recv, count, "reduce_scatter");
-  // In place: recv == send + rank * count.
-  if (check.ok()) {
-    check = CheckInPlace("recv", recv, bytes, "send", send, bytes * size(), bytes * rank_,
-                         description);
-  }
+  Status check = CheckReduceScatterArgs(*this, send, recv, count, dtype, description);
   if (!check.ok()) return CommHandle::Completed(check, description);
   const uint32_t seq = next_seq_++;
   Blocks blocks;
@@ -590,11 +579,7 @@ CommHandle FabricCommunicator::StartAllReduce(const void* send, void* recv, size
                                               DType dtype, ReduceOp op) {
   std::string description = DescribeOp(*this, "all_reduce", count, dtype, op);
   const size_t esize = DTypeSize(dtype);
-  Status check = CheckBuffer(*this, "send", send, count, "all_reduce");
-  if (check.ok()) check = CheckBuffer(*this, "recv", recv, count, "all_reduce");
-  if (check.ok()) {
-    check = CheckInPlace("send", send, count * esize, "recv", recv, count * esize, 0, description);
-  }
+  Status check = CheckAllReduceArgs(*this, send, recv, count, dtype, description);
   if (!check.ok()) return CommHandle::Completed(check, description);
   const uint32_t seq = next_seq_++;
   const size_t per_block = (count + size() - 1) / size();

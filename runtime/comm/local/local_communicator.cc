@@ -119,12 +119,7 @@ Status LocalCommunicator::RunCollective(CollectiveCall call, const std::string& 
 CommHandle LocalCommunicator::StartAllGather(const void* send, void* recv, size_t count,
                                              DType dtype) {
   std::string what = DescribeOp(*this, "all_gather", count, dtype);
-  const size_t bytes = count * DTypeSize(dtype);
-  Status valid = CheckBuffer(*this, "send", send, count, what);
-  if (valid.ok()) valid = CheckBuffer(*this, "recv", recv, count * size(), what);
-  if (valid.ok()) {
-    valid = CheckInPlace("send", send, bytes, "recv", recv, bytes * size(), bytes * rank_, what);
-  }
+  Status valid = CheckAllGatherArgs(*this, send, recv, count, dtype, what);
   if (!valid.ok()) return CommHandle::Completed(valid, what);
   CollectiveCall call{
       .kind = CallKind::kAllGather, .count = count, .dtype = dtype, .send = send, .recv = recv};
@@ -134,13 +129,7 @@ CommHandle LocalCommunicator::StartAllGather(const void* send, void* recv, size_
 CommHandle LocalCommunicator::StartReduceScatter(const void* send, void* recv, size_t count,
                                                  DType dtype, ReduceOp op) {
   std::string what = DescribeOp(*this, "reduce_scatter", count, dtype, op);
-  const size_t bytes = count * DTypeSize(dtype);
-  Status valid = CheckBuffer(*this, "send", send, count * size(), what);
-  if (valid.ok()) valid = CheckBuffer(*this, "recv", recv, count, what);
-  // In place: recv == send + rank * count, i.e. send == recv - rank * count.
-  if (valid.ok()) {
-    valid = CheckInPlace("recv", recv, bytes, "send", send, bytes * size(), bytes * rank_, what);
-  }
+  Status valid = CheckReduceScatterArgs(*this, send, recv, count, dtype, what);
   if (!valid.ok()) return CommHandle::Completed(valid, what);
   CollectiveCall call{.kind = CallKind::kReduceScatter,
                       .count = count,
@@ -154,10 +143,7 @@ CommHandle LocalCommunicator::StartReduceScatter(const void* send, void* recv, s
 CommHandle LocalCommunicator::StartAllReduce(const void* send, void* recv, size_t count,
                                              DType dtype, ReduceOp op) {
   std::string what = DescribeOp(*this, "all_reduce", count, dtype, op);
-  const size_t bytes = count * DTypeSize(dtype);
-  Status valid = CheckBuffer(*this, "send", send, count, what);
-  if (valid.ok()) valid = CheckBuffer(*this, "recv", recv, count, what);
-  if (valid.ok()) valid = CheckInPlace("send", send, bytes, "recv", recv, bytes, 0, what);
+  Status valid = CheckAllReduceArgs(*this, send, recv, count, dtype, what);
   if (!valid.ok()) return CommHandle::Completed(valid, what);
   CollectiveCall call{.kind = CallKind::kAllReduce,
                       .count = count,
