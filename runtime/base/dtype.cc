@@ -1,5 +1,7 @@
 #include "runtime/base/dtype.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace zs {
@@ -58,6 +60,67 @@ Float16 FloatToF16(float f) {
   uint32_t rounding = 0xfffu + ((abs >> 13) & 1u);
   uint32_t h = (abs - (112u << 23) + rounding) >> 13;
   return Float16{uint16_t(sign | h)};
+}
+
+void ConvertFromFloat(const float* src, void* dst, DType dst_type, size_t n) {
+  switch (dst_type) {
+    case DType::kF32:
+      std::copy(src, src + n, static_cast<float*>(dst));
+      return;
+    case DType::kBF16: {
+      auto* out = static_cast<BFloat16*>(dst);
+      for (size_t i = 0; i < n; ++i) out[i] = FloatToBF16(src[i]);
+      return;
+    }
+    case DType::kF16: {
+      auto* out = static_cast<Float16*>(dst);
+      for (size_t i = 0; i < n; ++i) out[i] = FloatToF16(src[i]);
+      return;
+    }
+  }
+}
+
+void ConvertToFloat(const void* src, DType src_type, float* dst, size_t n) {
+  switch (src_type) {
+    case DType::kF32: {
+      const auto* in = static_cast<const float*>(src);
+      std::copy(in, in + n, dst);
+      return;
+    }
+    case DType::kBF16: {
+      const auto* in = static_cast<const BFloat16*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = BF16ToFloat(in[i]);
+      return;
+    }
+    case DType::kF16: {
+      const auto* in = static_cast<const Float16*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = F16ToFloat(in[i]);
+      return;
+    }
+  }
+}
+
+void AccumulateInto(void* dst, const void* src, DType t, size_t n) {
+  switch (t) {
+    case DType::kF32: {
+      auto* out = static_cast<float*>(dst);
+      const auto* in = static_cast<const float*>(src);
+      for (size_t i = 0; i < n; ++i) out[i] += in[i];
+      return;
+    }
+    case DType::kBF16: {
+      auto* out = static_cast<BFloat16*>(dst);
+      const auto* in = static_cast<const BFloat16*>(src);
+      for (size_t i = 0; i < n; ++i) out[i] = FloatToBF16(BF16ToFloat(out[i]) + BF16ToFloat(in[i]));
+      return;
+    }
+    case DType::kF16: {
+      auto* out = static_cast<Float16*>(dst);
+      const auto* in = static_cast<const Float16*>(src);
+      for (size_t i = 0; i < n; ++i) out[i] = FloatToF16(F16ToFloat(out[i]) + F16ToFloat(in[i]));
+      return;
+    }
+  }
 }
 
 }  // namespace zs

@@ -62,4 +62,11 @@ inline void StoreFromFloat(void* data, DType t, size_t i, float v) {
   }
 }
 
+// Bulk forms of the two above, with the dtype switch outside the loop. Rounding is to nearest
+// even, as in StoreFromFloat.
+void ConvertFromFloat(const float* src, void* dst, DType dst_type, size_t n);
+void ConvertToFloat(const void* src, DType src_type, float* dst, size_t n);
+// dst[i] = dst[i] + src[i], both of type t, summed in f32 and rounded once.
+void AccumulateInto(void* dst, const void* src, DType t, size_t n);
+
 }  // namespace zs

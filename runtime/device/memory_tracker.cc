@@ -24,6 +24,7 @@ std::string_view MemoryCategoryName(MemoryCategory c) {
     case MemoryCategory::kCommBuffers: return "comm_buffers";
     case MemoryCategory::kActivations: return "activations";
     case MemoryCategory::kOther: return "other";
+    case MemoryCategory::kGatheredParameters: return "gathered_parameters";
   }
   return "?";
 }

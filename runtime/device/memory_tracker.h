@@ -27,8 +27,11 @@ enum class MemoryCategory : uint8_t {
   kCommBuffers,
   kActivations,
   kOther,
+  // Stage 3: full parameters gathered for a unit's forward or backward and released after
+  // (persistent units count as kParameters). Kept apart so the live-parameter cap is checked.
+  kGatheredParameters,
 };
-inline constexpr int kNumMemoryCategories = 6;
+inline constexpr int kNumMemoryCategories = 7;
 
 std::string_view MemoryTierName(MemoryTier t);          // "device", "pinned_host", "host", "nvme"
 std::string_view MemoryCategoryName(MemoryCategory c);  // "parameters", "gradients", ...

@@ -1,0 +1,325 @@
+// train_gpt: trains a character-level GPT (runtime/nn) on a text corpus with the ZeroEngine.
+//
+//   build/bin/train_gpt --config examples/train_gpt/configs/zero3.json --world 4 --steps 200
+//   build/bin/zerorun -n 4 build/bin/train_gpt --config ...      (ranks as processes, fabric)
+//
+// Ranks are threads of this process over the `local` backend (--world N), or processes under a
+// launcher (zerorun, mpirun, srun) over `fabric`. The data order depends only on --seed and the
+// global batch (micro batch x accumulation steps x world), so runs that split one global batch
+// differently see the same samples every step; the loss printed is the global mean.
+// --report writes a JSON file with every step's loss and time, the digest of the fp32 master
+// parameters, and each rank's peak bytes by tier and category.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "examples/train_gpt/batch_sampler.h"
+#include "examples/train_gpt/char_corpus.h"
+#include "runtime/comm/backend_registry.h"
+#include "runtime/comm/connect.h"
+#include "runtime/comm/local_ranks.h"
+#include "runtime/device/device_factory.h"
+#include "runtime/engine/zero_engine.h"
+#include "runtime/engine/zero_memory_model.h"
+#include "runtime/nn/gpt.h"
+#include "runtime/topology/launch_info.h"
+
+namespace zs {
+namespace {
+
+struct Args {
+  std::string config_path;
+  std::string corpus;
+  int world = 1;
+  int steps = 100;
+  uint64_t seed = 1234;
+  int layers = 4;
+  int hidden = 128;
+  int heads = 4;
+  int seq = 64;
+  int micro_batch = 0;  // 0: the config's train_micro_batch_size_per_gpu
+  int stage = -1;       // -1: the config's zero_optimization.stage
+  std::string report;
+  int print_every = 10;
+  std::string device = "cpu";
+};
+
+// What every rank contributes to the report (rank 0 writes it).
+struct RankPeaks {
+  std::vector<int64_t> values;  // MemorySnapshot peaks: tier x category, then tier totals, total
+};
+
+std::vector<int64_t> PackPeaks(const MemorySnapshot& m) {
+  std::vector<int64_t> v;
+  for (int t = 0; t < kNumMemoryTiers; ++t)
+    for (int c = 0; c < kNumMemoryCategories; ++c) v.push_back(m.peak[t][c]);
+  for (int t = 0; t < kNumMemoryTiers; ++t) v.push_back(m.tier_peak[t]);
+  v.push_back(m.total_peak);
+  return v;
+}
+
+nlohmann::json PeaksToJson(const std::vector<int64_t>& v) {
+  nlohmann::json j;
+  size_t k = 0;
+  for (int t = 0; t < kNumMemoryTiers; ++t) {
+    nlohmann::json tier;
+    for (int c = 0; c < kNumMemoryCategories; ++c, ++k) {
+      if (v[k] != 0) tier[std::string(MemoryCategoryName(MemoryCategory(c)))] = v[k];
+    }
+    j[std::string(MemoryTierName(MemoryTier(t)))] = tier;
+  }
+  for (int t = 0; t < kNumMemoryTiers; ++t, ++k) {
+    j[std::string(MemoryTierName(MemoryTier(t)))]["total"] = v[k];
+  }
+  j["total"] = v[k];
+  return j;
+}
+
+// All ranks' peaks, gathered over the engine's group (raw int64 bits as pairs of f32).
+StatusOr<std::vector<std::vector<int64_t>>> GatherPeaks(Communicator& comm,
+                                                        const MemorySnapshot& mine) {
+  std::vector<int64_t> local = PackPeaks(mine);
+  const size_t n = local.size();
+  std::vector<int64_t> all(n * size_t(comm.size()));
+  std::copy(local.begin(), local.end(), all.begin() + n * size_t(comm.rank()));
+  ZS_RETURN_IF_ERROR(comm.AllGather(all.data() + n * size_t(comm.rank()), all.data(), 2 * n,
+                                    DType::kF32));
+  std::vector<std::vector<int64_t>> out;
+  for (int r = 0; r < comm.size(); ++r) {
+    out.emplace_back(all.begin() + n * size_t(r), all.begin() + n * size_t(r + 1));
+  }
+  return out;
+}
+
+struct Shared {  // read-only after main() sets it up
+  Args args;
+  EngineConfig config;
+  const CharCorpus* corpus = nullptr;
+};
+
+Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker) {
+  const Args& args = shared.args;
+  const EngineConfig& config = shared.config;
+  const int rank = comm.rank();
+  const int world = comm.size();
+  const bool lead = rank == 0;
+  ZS_ASSIGN_OR_RETURN(auto device, CreateDevice(args.device, tracker));
+
+  nn::GptConfig gpt_config;
+  gpt_config.vocab = shared.corpus->vocab_size();
+  gpt_config.max_seq = args.seq;
+  gpt_config.layers = args.layers;
+  gpt_config.hidden = args.hidden;
+  gpt_config.heads = args.heads;
+  ZS_ASSIGN_OR_RETURN(auto gpt, nn::Gpt::Create(gpt_config, &tracker));
+  ZS_ASSIGN_OR_RETURN(auto engine,
+                      ZeroEngine::Create(config, gpt->spec(), gpt->Init(args.seed), *device, comm));
+
+  BatchSplit split;
+  split.world_size = world;
+  split.micro_batch = int(config.train_micro_batch_size_per_gpu);
+  split.accumulation_steps = int(config.gradient_accumulation_steps);
+  ZS_ASSIGN_OR_RETURN(BatchSampler sampler,
+                      BatchSampler::Create(shared.corpus->train_tokens(), args.seq, args.seed,
+                                           split.global_batch()));
+  const int64_t B = split.micro_batch, T = args.seq;
+  std::vector<int32_t> inputs(size_t(B * T)), targets(size_t(B * T));
+  const double psi = double(gpt->spec().numel());
+  if (lead) {
+    fmt::print("train_gpt: {} parameters ({} layers, hidden {}, heads {}, vocab {}, seq {}), "
+               "ZeRO stage {}, {} ranks over '{}', compute {}, global batch {} x {} tokens\n",
+               int64_t(psi), args.layers, args.hidden, args.heads, gpt_config.vocab, T,
+               engine->stage(), world, comm.backend_name(), DTypeName(engine->compute_dtype()),
+               split.global_batch(), T);
+  }
+
+  nlohmann::json steps_json = nlohmann::json::array();
+  std::vector<double> losses, times;
+  const double tokens_per_step = double(split.global_batch() * T);
+  auto run_start = std::chrono::steady_clock::now();
+  for (int step = 0; step < args.steps; ++step) {
+    auto t0 = std::chrono::steady_clock::now();
+    double loss = 0;
+    for (int m = 0; m < split.accumulation_steps; ++m) {
+      ZS_RETURN_IF_ERROR(sampler.FillMicroBatch(step, split, rank, m, inputs, targets));
+      ZS_ASSIGN_OR_RETURN(float l, gpt->ForwardBackward(*engine, inputs, targets, B, T));
+      loss += double(l) / split.accumulation_steps;
+    }
+    ZS_ASSIGN_OR_RETURN(StepResult result, engine->Step());
+    ZS_ASSIGN_OR_RETURN(double mean_loss, engine->AllReduceMean(loss));
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    losses.push_back(mean_loss);
+    times.push_back(seconds);
+    steps_json.push_back({{"step", step},
+                          {"loss", mean_loss},
+                          {"seconds", seconds},
+                          {"lr", result.lr},
+                          {"grad_norm", result.grad_norm},
+                          {"loss_scale", result.loss_scale},
+                          {"skipped", result.skipped}});
+    if (lead && (step % args.print_every == 0 || step + 1 == args.steps)) {
+      fmt::print("step {:5d}  loss {:.4f}  lr {:.2e}  grad norm {:.3f}{}  {:.0f} tokens/s  "
+                 "rank 0 device memory {} (peak {})\n",
+                 step, mean_loss, result.lr, result.grad_norm,
+                 result.skipped ? "  (overflow: skipped)" : "", tokens_per_step / seconds,
+                 FormatBytes(tracker.TierCurrent(MemoryTier::kDevice)),
+                 FormatBytes(tracker.TierPeak(MemoryTier::kDevice)));
+      std::fflush(stdout);
+    }
+  }
+  const double total_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+  ZS_ASSIGN_OR_RETURN(uint64_t digest, engine->MasterDigest());
+  ZS_ASSIGN_OR_RETURN(auto peaks, GatherPeaks(comm, tracker.Snapshot()));
+  if (!lead) return OkStatus();
+
+  // The measured states beside what the ZeRO formulas give for every stage.
+  const double c = double(DTypeSize(engine->compute_dtype()));
+  fmt::print("\nper-rank model states (parameters + gradients + optimizer states), {} ranks:\n",
+             world);
+  for (int s = 0; s <= 3; ++s) {
+    const ZeroStateBytes f = ZeroFormulaBytes(s, psi, world, c);
+    fmt::print("  stage {}: formula {:>10}", s, FormatBytes(int64_t(f.total())));
+    if (s == engine->stage()) {
+      for (int r = 0; r < world; ++r) {
+        const auto& v = peaks[r];
+        auto cell = [&](MemoryCategory cat) {
+          return v[size_t(int(MemoryTier::kDevice) * kNumMemoryCategories + int(cat))];
+        };
+        const int64_t measured = cell(MemoryCategory::kParameters) +
+                                 cell(MemoryCategory::kGradients) +
+                                 cell(MemoryCategory::kOptimizerStates);
+        fmt::print("{}rank {} measured {}", r == 0 ? "   <- this run: " : ", ", r,
+                   FormatBytes(measured));
+      }
+    }
+    fmt::print("\n");
+  }
+  const GatherReport g = engine->gather_report();
+  if (engine->stage() == 3) {
+    fmt::print("stage 3 gathers (rank 0): {} all-gathers, {} prefetch hits, {} on demand, {} "
+               "reuse hits, {} trace invalidations, peak {} gathered elements\n",
+               g.gathers, g.prefetch_hits, g.demand_gathers, g.reuse_hits, g.trace_invalidations,
+               g.peak_live_elements);
+  }
+  fmt::print("loss {:.4f} -> {:.4f} in {} steps, {:.1f} s; master digest {:016x}\n",
+             losses.front(), losses.back(), args.steps, total_seconds, digest);
+
+  if (!args.report.empty()) {
+    nlohmann::json report;
+    report["model"] = {{"vocab", gpt_config.vocab}, {"seq", T},
+                       {"layers", args.layers}, {"hidden", args.hidden},
+                       {"heads", args.heads}, {"parameters", int64_t(psi)}};
+    report["world_size"] = world;
+    report["backend"] = std::string(comm.backend_name());
+    report["seed"] = args.seed;
+    report["config"] = nlohmann::json::parse(EngineConfigToJson(config));
+    report["losses"] = losses;
+    report["step_seconds"] = times;
+    report["steps"] = steps_json;
+    report["tokens_per_second"] = tokens_per_step * args.steps / total_seconds;
+    report["master_digest"] = fmt::format("{:016x}", digest);
+    nlohmann::json mem = nlohmann::json::array();
+    for (int r = 0; r < world; ++r) mem.push_back(PeaksToJson(peaks[r]));
+    report["peak_bytes_per_rank"] = mem;
+    nlohmann::json formulas;
+    for (int s = 0; s <= 3; ++s) formulas[fmt::format("stage{}", s)] = ZeroFormulaBytes(s, psi, world, c).total();
+    report["formula_bytes_per_rank"] = formulas;
+    report["gather"] = {{"gathers", g.gathers}, {"prefetch_hits", g.prefetch_hits},
+                        {"demand_gathers", g.demand_gathers}, {"reuse_hits", g.reuse_hits},
+                        {"trace_invalidations", g.trace_invalidations},
+                        {"peak_live_elements", g.peak_live_elements}};
+    std::ofstream out(args.report);
+    out << report.dump(2) << "\n";
+    if (!out) return IoError(fmt::format("cannot write report '{}'", args.report));
+    fmt::print("report written to {}\n", args.report);
+  }
+  return OkStatus();
+}
+
+}  // namespace
+}  // namespace zs
+
+int main(int argc, char** argv) {
+  using namespace zs;
+  Shared shared;
+  Args& args = shared.args;
+  CLI::App app{"train_gpt: a character-level GPT trained with the ZeRO engine"};
+  app.add_option("--config", args.config_path, "DeepSpeed-style JSON config (docs/CONFIG.md)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--corpus", args.corpus, "text file to train on (default: the shipped corpus)");
+  app.add_option("--world", args.world, "ranks as threads (ignored under a launcher)")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--steps", args.steps, "optimizer steps")->check(CLI::Range(1, 10'000'000));
+  app.add_option("--seed", args.seed, "seed of the initialization and of the data order");
+  app.add_option("--layers", args.layers, "transformer blocks")->check(CLI::Range(1, 1024));
+  app.add_option("--hidden", args.hidden, "hidden size")->check(CLI::Range(1, 1 << 16));
+  app.add_option("--heads", args.heads, "attention heads")->check(CLI::Range(1, 1024));
+  app.add_option("--seq", args.seq, "sequence length")->check(CLI::Range(1, 1 << 16));
+  app.add_option("--micro-batch", args.micro_batch,
+                 "sequences per rank per micro-batch (overrides train_micro_batch_size_per_gpu)")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--stage", args.stage, "ZeRO stage (overrides zero_optimization.stage)")
+      ->check(CLI::Range(0, 3));
+  app.add_option("--report", args.report, "write a JSON report here");
+  app.add_option("--print-every", args.print_every, "progress line every N steps")
+      ->check(CLI::Range(1, 1 << 30));
+  app.add_option("--device", args.device, "device of each rank: cpu or budgeted-cpu:SIZE");
+  CLI11_PARSE(app, argc, argv);
+
+  if (!args.config_path.empty()) {
+    auto config = LoadEngineConfig(args.config_path);
+    if (!config.ok()) {
+      fmt::print(stderr, "train_gpt: {}\n", config.status().ToString());
+      return 2;
+    }
+    shared.config = *config;
+  }
+  if (args.micro_batch > 0) shared.config.train_micro_batch_size_per_gpu = args.micro_batch;
+  if (args.stage >= 0) shared.config.zero_optimization.stage = args.stage;
+
+  auto corpus = args.corpus.empty() ? CharCorpus::Load(DefaultTrainGptCorpusPath())
+                                    : CharCorpus::Load(args.corpus);
+  if (!corpus.ok()) {
+    fmt::print(stderr, "train_gpt: {}\n", corpus.status().ToString());
+    return 2;
+  }
+  shared.corpus = &*corpus;
+
+  RegisterBuiltinBackends();
+  auto launch = DetectLaunch();
+  if (!launch.ok()) {
+    fmt::print(stderr, "train_gpt: {}\n", launch.status().ToString());
+    return 1;
+  }
+  Status status;
+  if (launch->world_size > 1) {
+    MemoryTracker tracker(launch->rank);
+    CommOptions options;
+    options.tracker = &tracker;
+    options.timeout = std::chrono::milliseconds(shared.config.zerostack.comm_timeout_ms);
+    auto world = ConnectFromEnvironment("fabric", options);
+    status = world.ok() ? RunRank(shared, **world, tracker) : world.status();
+  } else {
+    CommOptions options;
+    options.timeout = std::chrono::milliseconds(shared.config.zerostack.comm_timeout_ms);
+    status = RunLocalRanks(args.world, options,
+                           [&](int, Communicator& comm, MemoryTracker& tracker) {
+                             return RunRank(shared, comm, tracker);
+                           });
+  }
+  if (!status.ok()) {
+    fmt::print(stderr, "train_gpt: {}\n", status.ToString());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,734 @@
+#include "runtime/engine/engine_config.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <numbers>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <type_traits>
+#include <utility>
+
+namespace zs {
+namespace {
+
+using Json = nlohmann::json;
+
+// [Note: one key table]
+// Every accepted key is declared once, in Keys() below: its path, type, allowed values, a
+// line of description, a reader (JSON value -> field, with the range check) and a writer
+// (field -> JSON value). The parser, EngineConfigToJson() and EngineConfigKeys() (hence the
+// docs test) all walk this one table, so a key cannot be parsed without being documented, and
+// a default is whatever a default-built EngineConfig holds.
+struct KeyDecl {
+  ConfigKeyInfo info;
+  // Reads `value` into the config; on error returns a message without the key path (the
+  // caller adds the path and the allowed values).
+  std::function<std::optional<std::string>(const Json& value, EngineConfig& config)> read;
+  // The field as JSON; empty for ignored keys (they have no field).
+  std::function<Json(const EngineConfig& config)> write;
+};
+
+// Sections: JSON objects that hold keys. A key's section is its path up to the last '.'.
+constexpr const char* kSections[] = {
+    "zero_optimization",
+    "zero_optimization.offload_optimizer",
+    "zero_optimization.offload_param",
+    "aio",
+    "fp16",
+    "bf16",
+    "optimizer",
+    "optimizer.params",
+    "scheduler",
+    "scheduler.params",
+    "zerostack",
+};
+
+std::string Shown(const Json& value) {
+  std::string text = value.dump();
+  if (text.size() > 60) text = text.substr(0, 57) + "...";
+  return text;
+}
+
+std::string KindOf(const Json& value) {
+  switch (value.type()) {
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::boolean:
+      return "a boolean";
+    case Json::value_t::string:
+      return "a string";
+    case Json::value_t::array:
+      return "an array";
+    case Json::value_t::object:
+      return "an object";
+    default:
+      return "a number";
+  }
+}
+
+std::string Got(const Json& value) { return fmt::format("got {} {}", KindOf(value), Shown(value)); }
+
+// The integral value of a JSON number (5e8 included) or why it is not one.
+std::optional<int64_t> AsInteger(const Json& value, std::string* why) {
+  if (value.is_number_integer() && !value.is_number_unsigned()) return value.get<int64_t>();
+  if (value.is_number_unsigned()) {
+    uint64_t u = value.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      *why = fmt::format("{} does not fit in a 64-bit integer", u);
+      return std::nullopt;
+    }
+    return static_cast<int64_t>(u);
+  }
+  if (value.is_number_float()) {
+    double d = value.get<double>();
+    if (!std::isfinite(d) || d != std::trunc(d)) {
+      *why = fmt::format("expected an integer, got the non-integral number {}", Shown(value));
+      return std::nullopt;
+    }
+    if (std::fabs(d) >= 9.2233720368547758e18) {
+      *why = fmt::format("{} does not fit in a 64-bit integer", Shown(value));
+      return std::nullopt;
+    }
+    return static_cast<int64_t>(d);
+  }
+  *why = fmt::format("expected an integer, {}", Got(value));
+  return std::nullopt;
+}
+
+std::string IntRangeText(int64_t lo, int64_t hi) {
+  if (hi == std::numeric_limits<int64_t>::max()) return fmt::format(">= {}", lo);
+  if (hi - lo <= 5) {
+    std::string text;
+    for (int64_t v = lo; v <= hi; ++v) text += (v == lo ? "" : ", ") + std::to_string(v);
+    return text;
+  }
+  return fmt::format("{} to {}", lo, hi);
+}
+
+// The field a getter returns, for a mutable or a const config.
+template <typename Get>
+using FieldOf =
+    std::remove_reference_t<decltype(std::declval<Get>()(std::declval<EngineConfig&>()))>;
+
+constexpr int64_t kNoMax = std::numeric_limits<int64_t>::max();
+
+// An integer key; `type` is "integer" or "size" (a count of elements or bytes).
+template <typename Get>
+KeyDecl IntKey(std::string path, Get get, int64_t lo, int64_t hi, std::string description,
+               std::string type = "integer") {
+  using T = FieldOf<Get>;
+  static_assert(std::is_integral_v<T> && !std::is_same_v<T, bool>);
+  KeyDecl key;
+  key.info = {std::move(path), std::move(type), "", IntRangeText(lo, hi), std::move(description)};
+  key.read = [get, lo, hi](const Json& value, EngineConfig& c) -> std::optional<std::string> {
+    std::string why;
+    std::optional<int64_t> v = AsInteger(value, &why);
+    if (!v) return why;
+    if (*v < lo || *v > hi) return fmt::format("{} is out of range", *v);
+    get(c) = static_cast<T>(*v);
+    return std::nullopt;
+  };
+  key.write = [get](const EngineConfig& c) {
+    return Json(static_cast<int64_t>(get(const_cast<EngineConfig&>(c))));
+  };
+  return key;
+}
+
+template <typename Get>
+KeyDecl SizeKey(std::string path, Get get, int64_t lo, std::string description) {
+  return IntKey(std::move(path), get, lo, kNoMax, std::move(description), "size");
+}
+
+// A real interval with open or closed ends; hi = +inf for none.
+struct Interval {
+  double lo;
+  bool lo_closed;
+  double hi = std::numeric_limits<double>::infinity();
+  bool hi_closed = false;
+  bool Contains(double v) const {
+    return (lo_closed ? v >= lo : v > lo) && (hi_closed ? v <= hi : v < hi);
+  }
+  std::string Text() const {
+    if (std::isinf(hi)) return fmt::format("{} {}", lo_closed ? ">=" : ">", lo);
+    return fmt::format("{}{}, {}{}", lo_closed ? "[" : "(", lo, hi, hi_closed ? "]" : ")");
+  }
+};
+
+template <typename Get>
+KeyDecl NumberKey(std::string path, Get get, Interval range, std::string description) {
+  static_assert(std::is_same_v<FieldOf<Get>, double>);
+  KeyDecl key;
+  key.info = {std::move(path), "number", "", range.Text(), std::move(description)};
+  key.read = [get, range](const Json& value, EngineConfig& c) -> std::optional<std::string> {
+    if (!value.is_number()) return fmt::format("expected a number, {}", Got(value));
+    double v = value.get<double>();
+    if (!range.Contains(v)) return fmt::format("{} is out of range", Shown(value));
+    get(c) = v;
+    return std::nullopt;
+  };
+  key.write = [get](const EngineConfig& c) { return Json(get(const_cast<EngineConfig&>(c))); };
+  return key;
+}
+
+std::optional<std::string> ReadBool(const Json& value, bool* out) {
+  if (!value.is_boolean()) {
+    return fmt::format("expected a JSON boolean (true or false), {}", Got(value));
+  }
+  *out = value.get<bool>();
+  return std::nullopt;
+}
+
+template <typename Get>
+KeyDecl BoolKey(std::string path, Get get, std::string description) {
+  static_assert(std::is_same_v<FieldOf<Get>, bool>);
+  KeyDecl key;
+  key.info = {std::move(path), "boolean", "", "true, false", std::move(description)};
+  key.read = [get](const Json& value, EngineConfig& c) { return ReadBool(value, &get(c)); };
+  key.write = [get](const EngineConfig& c) { return Json(get(const_cast<EngineConfig&>(c))); };
+  return key;
+}
+
+// A DeepSpeed key that only affects logging: accepted (it must be a boolean), no effect.
+KeyDecl IgnoredBoolKey(std::string path, std::string description) {
+  KeyDecl key;
+  key.info = {std::move(path),        "boolean",       "false", "true, false (accepted, no effect)",
+              std::move(description), /*ignored=*/true};
+  key.read = [](const Json& value, EngineConfig&) {
+    bool unused = false;
+    return ReadBool(value, &unused);
+  };
+  return key;
+}
+
+template <typename Get>
+KeyDecl StringKey(std::string path, Get get, std::string allowed, std::string description) {
+  static_assert(std::is_same_v<FieldOf<Get>, std::string>);
+  KeyDecl key;
+  key.info = {std::move(path), "string", "", std::move(allowed), std::move(description)};
+  key.read = [get](const Json& value, EngineConfig& c) -> std::optional<std::string> {
+    if (!value.is_string()) return fmt::format("expected a string, {}", Got(value));
+    get(c) = value.get<std::string>();
+    return std::nullopt;
+  };
+  key.write = [get](const EngineConfig& c) { return Json(get(const_cast<EngineConfig&>(c))); };
+  return key;
+}
+
+std::string Lower(std::string s) {
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+template <typename Get>
+KeyDecl EnumKey(std::string path, Get get, std::vector<std::pair<std::string, FieldOf<Get>>> names,
+                bool case_insensitive, std::string description) {
+  using E = FieldOf<Get>;
+  std::string allowed;
+  for (const auto& [name, e] : names) allowed += (allowed.empty() ? "" : ", ") + name;
+  if (case_insensitive) allowed += " (case-insensitive)";
+  KeyDecl key;
+  key.info = {std::move(path), "string", "", std::move(allowed), std::move(description)};
+  key.read = [get, names, case_insensitive](const Json& value,
+                                            EngineConfig& c) -> std::optional<std::string> {
+    if (!value.is_string()) return fmt::format("expected a string, {}", Got(value));
+    std::string text = value.get<std::string>();
+    for (const auto& [name, e] : names) {
+      if (case_insensitive ? Lower(name) == Lower(text) : name == text) {
+        get(c) = e;
+        return std::nullopt;
+      }
+    }
+    return fmt::format("{} is not an allowed value", Shown(value));
+  };
+  key.write = [get, names](const EngineConfig& c) {
+    E e = get(const_cast<EngineConfig&>(c));
+    for (const auto& [name, value] : names) {
+      if (value == e) return Json(name);
+    }
+    ZS_CHECK(false, "enum value {} has no name", static_cast<int>(e));
+    return Json();
+  };
+  return key;
+}
+
+KeyDecl BetasKey() {
+  KeyDecl key;
+  key.info = {"optimizer.params.betas", "[number, number]", "", "two numbers, each in [0, 1)",
+              "Adam's (beta1, beta2): decay rates of the first and second moment estimates"};
+  key.read = [](const Json& value, EngineConfig& c) -> std::optional<std::string> {
+    if (!value.is_array() || value.size() != 2 || !value[0].is_number() || !value[1].is_number()) {
+      return fmt::format("expected an array of two numbers, {}", Got(value));
+    }
+    for (int i = 0; i < 2; ++i) {
+      double b = value[i].get<double>();
+      if (!(b >= 0.0 && b < 1.0)) {
+        return fmt::format("beta{} = {} is out of range", i + 1, Shown(value[i]));
+      }
+      c.optimizer.betas[i] = b;
+    }
+    return std::nullopt;
+  };
+  key.write = [](const EngineConfig& c) {
+    return Json::array({c.optimizer.betas[0], c.optimizer.betas[1]});
+  };
+  return key;
+}
+
+#define ZS_FIELD(member) \
+  [](auto& c) -> auto& { return c.member; }
+
+std::vector<KeyDecl> OffloadKeys(const std::string& section, bool is_param) {
+  std::vector<KeyDecl> keys;
+  std::string what = is_param ? "parameters" : "optimizer states";
+  auto offload = [is_param](EngineConfig& c) -> OffloadConfig& {
+    return is_param ? c.zero_optimization.offload_param : c.zero_optimization.offload_optimizer;
+  };
+  keys.push_back(EnumKey(
+      section + ".device", [offload](EngineConfig & c) -> auto& { return offload(c).device; },
+      {{"none", OffloadDevice::kNone},
+       {"cpu", OffloadDevice::kCpu},
+       {"nvme", OffloadDevice::kNvme}},
+      false,
+      fmt::format("where {} are offloaded; only none is implemented in this version", what)));
+  keys.push_back(StringKey(
+      section + ".nvme_path", [offload](EngineConfig & c) -> auto& { return offload(c).nvme_path; },
+      "a directory; required when device is nvme", "directory for nvme offload files"));
+  keys.push_back(BoolKey(
+      section + ".pin_memory",
+      [offload](EngineConfig & c) -> auto& { return offload(c).pin_memory; },
+      "offload into page-locked host memory"));
+  keys.push_back(IntKey(
+      section + ".buffer_count",
+      [offload](EngineConfig & c) -> auto& { return offload(c).buffer_count; }, 1, kNoMax,
+      "number of staging buffers for offload transfers"));
+  keys.push_back(SizeKey(
+      section + ".buffer_size",
+      [offload](EngineConfig & c) -> auto& { return offload(c).buffer_size; }, 1,
+      "elements per offload staging buffer"));
+  return keys;
+}
+
+const std::vector<KeyDecl>& Keys() {
+  static const std::vector<KeyDecl>* const keys = [] {
+    auto* k = new std::vector<KeyDecl>();
+    // Top level.
+    k->push_back(IntKey("train_batch_size", ZS_FIELD(train_batch_size), 0, kNoMax,
+                        "global batch per optimizer step; 0 = not given, else must equal micro "
+                        "batch * accumulation steps * data-parallel world size"));
+    k->push_back(IntKey("train_micro_batch_size_per_gpu", ZS_FIELD(train_micro_batch_size_per_gpu),
+                        1, kNoMax, "samples per rank per forward/backward pass"));
+    k->push_back(IntKey("gradient_accumulation_steps", ZS_FIELD(gradient_accumulation_steps), 1,
+                        kNoMax, "micro batches accumulated before each optimizer step"));
+    k->push_back(NumberKey("gradient_clipping", ZS_FIELD(gradient_clipping), {0.0, true},
+                           "max global L2 norm of the gradients; 0 = no clipping"));
+    k->push_back(IntKey("steps_per_print", ZS_FIELD(steps_per_print), 1, kNoMax,
+                        "optimizer steps between progress reports"));
+    k->push_back(
+        IgnoredBoolKey("wall_clock_breakdown", "DeepSpeed timing printout; accepted and ignored"));
+    k->push_back(IgnoredBoolKey("zero_allow_untested_optimizer",
+                                "DeepSpeed permission flag; accepted and ignored"));
+    // zero_optimization.
+    k->push_back(IntKey("zero_optimization.stage", ZS_FIELD(zero_optimization.stage), 0, 3,
+                        "ZeRO stage: 0 = replicated, 1 = shard optimizer states, 2 = also "
+                        "gradients, 3 = also parameters"));
+    k->push_back(SizeKey("zero_optimization.reduce_bucket_size",
+                         ZS_FIELD(zero_optimization.reduce_bucket_size), 1,
+                         "elements per gradient reduction bucket"));
+    k->push_back(SizeKey("zero_optimization.allgather_bucket_size",
+                         ZS_FIELD(zero_optimization.allgather_bucket_size), 1,
+                         "elements per all-gather of updated parameters (stages 1 and 2)"));
+    k->push_back(BoolKey("zero_optimization.overlap_comm", ZS_FIELD(zero_optimization.overlap_comm),
+                         "reduce gradient buckets while backward still runs"));
+    k->push_back(BoolKey("zero_optimization.contiguous_gradients",
+                         ZS_FIELD(zero_optimization.contiguous_gradients),
+                         "accepted for compatibility; gradient buckets are always contiguous"));
+    k->push_back(BoolKey("zero_optimization.reduce_scatter",
+                         ZS_FIELD(zero_optimization.reduce_scatter),
+                         "stages 2 and 3: reduce-scatter gradients (false: all-reduce)"));
+    k->push_back(SizeKey("zero_optimization.stage3_prefetch_bucket_size",
+                         ZS_FIELD(zero_optimization.stage3_prefetch_bucket_size), 0,
+                         "stage 3: parameter elements being prefetched at once"));
+    k->push_back(SizeKey("zero_optimization.stage3_max_live_parameters",
+                         ZS_FIELD(zero_optimization.stage3_max_live_parameters), 0,
+                         "stage 3: gathered parameter elements held at once"));
+    k->push_back(SizeKey("zero_optimization.stage3_max_reuse_distance",
+                         ZS_FIELD(zero_optimization.stage3_max_reuse_distance), 0,
+                         "stage 3: keep a released unit gathered if it is used again within "
+                         "this many elements"));
+    k->push_back(SizeKey("zero_optimization.stage3_param_persistence_threshold",
+                         ZS_FIELD(zero_optimization.stage3_param_persistence_threshold), 0,
+                         "stage 3: units with fewer elements stay gathered"));
+    for (KeyDecl& key : OffloadKeys("zero_optimization.offload_optimizer", false)) {
+      k->push_back(std::move(key));
+    }
+    for (KeyDecl& key : OffloadKeys("zero_optimization.offload_param", true)) {
+      k->push_back(std::move(key));
+    }
+    // aio.
+    k->push_back(SizeKey("aio.block_size", ZS_FIELD(aio.block_size), 1,
+                         "bytes per asynchronous I/O request"));
+    k->push_back(IntKey("aio.queue_depth", ZS_FIELD(aio.queue_depth), 1, kNoMax,
+                        "asynchronous I/O requests in flight"));
+    k->push_back(IntKey("aio.intra_op_parallelism", ZS_FIELD(aio.intra_op_parallelism), 1, kNoMax,
+                        "threads per I/O operation"));
+    k->push_back(BoolKey("aio.single_submit", ZS_FIELD(aio.single_submit),
+                         "submit requests one at a time instead of in batches"));
+    k->push_back(BoolKey("aio.overlap_events", ZS_FIELD(aio.overlap_events),
+                         "overlap submitting requests with waiting for completions"));
+    // fp16 / bf16.
+    k->push_back(BoolKey("fp16.enabled", ZS_FIELD(fp16.enabled),
+                         "train in fp16 with loss scaling (not with bf16.enabled)"));
+    k->push_back(NumberKey("fp16.loss_scale", ZS_FIELD(fp16.loss_scale), {0.0, true},
+                           "0 = dynamic loss scaling; > 0 = this static scale"));
+    k->push_back(IntKey("fp16.initial_scale_power", ZS_FIELD(fp16.initial_scale_power), 0, 63,
+                        "dynamic scaling starts at 2^power"));
+    k->push_back(IntKey("fp16.loss_scale_window", ZS_FIELD(fp16.loss_scale_window), 1, kNoMax,
+                        "steps without overflow before the dynamic scale doubles"));
+    k->push_back(IntKey("fp16.hysteresis", ZS_FIELD(fp16.hysteresis), 1, kNoMax,
+                        "overflows tolerated before the dynamic scale halves"));
+    k->push_back(NumberKey("fp16.min_loss_scale", ZS_FIELD(fp16.min_loss_scale), {0.0, false},
+                           "the dynamic scale never falls below this"));
+    k->push_back(BoolKey("bf16.enabled", ZS_FIELD(bf16.enabled),
+                         "train in bf16 (no loss scaling; not with fp16.enabled)"));
+    // optimizer.
+    k->push_back(EnumKey("optimizer.type", ZS_FIELD(optimizer.type),
+                         {{"AdamW", OptimizerType::kAdamW}, {"Adam", OptimizerType::kAdam}}, true,
+                         "AdamW: decoupled weight decay; Adam: weight decay added to the "
+                         "gradient (L2)"));
+    k->push_back(NumberKey("optimizer.params.lr", ZS_FIELD(optimizer.lr), {0.0, false},
+                           "learning rate (the scheduler's base when scheduler.type is none)"));
+    k->push_back(BetasKey());
+    k->push_back(NumberKey("optimizer.params.eps", ZS_FIELD(optimizer.eps), {0.0, false},
+                           "added to the denominator for numerical stability"));
+    k->push_back(NumberKey("optimizer.params.weight_decay", ZS_FIELD(optimizer.weight_decay),
+                           {0.0, true},
+                           "weight decay, applied only to parameters whose spec asks for it"));
+    // scheduler.
+    k->push_back(EnumKey("scheduler.type", ZS_FIELD(scheduler.type),
+                         {{"none", SchedulerType::kNone},
+                          {"WarmupLR", SchedulerType::kWarmupLR},
+                          {"WarmupCosineLR", SchedulerType::kWarmupCosineLR}},
+                         false, "learning-rate schedule (formulas below)"));
+    k->push_back(NumberKey("scheduler.params.warmup_min_lr", ZS_FIELD(scheduler.warmup_min_lr),
+                           {0.0, true}, "learning rate at step 0; at most warmup_max_lr"));
+    k->push_back(NumberKey("scheduler.params.warmup_max_lr", ZS_FIELD(scheduler.warmup_max_lr),
+                           {0.0, false}, "learning rate at the end of the warm-up"));
+    k->push_back(IntKey("scheduler.params.warmup_num_steps", ZS_FIELD(scheduler.warmup_num_steps),
+                        0, kNoMax, "optimizer steps of linear warm-up"));
+    k->push_back(IntKey("scheduler.params.total_num_steps", ZS_FIELD(scheduler.total_num_steps), 1,
+                        kNoMax,
+                        "WarmupCosineLR: step where the cosine reaches its minimum; at least "
+                        "warmup_num_steps"));
+    k->push_back(NumberKey("scheduler.params.cos_min_ratio", ZS_FIELD(scheduler.cos_min_ratio),
+                           {0.0, true, 1.0, true},
+                           "WarmupCosineLR: final learning rate as a fraction of warmup_max_lr"));
+    // zerostack.
+    k->push_back(IntKey("zerostack.comm_timeout_ms", ZS_FIELD(zerostack.comm_timeout_ms), 1, kNoMax,
+                        "deadline of every collective, in milliseconds"));
+    k->push_back(IntKey("zerostack.max_inflight_buckets", ZS_FIELD(zerostack.max_inflight_buckets),
+                        1, kNoMax, "gradient buckets being reduced at once (buffers held)"));
+    k->push_back(IntKey("zerostack.alignment", ZS_FIELD(zerostack.alignment), 1, 4096,
+                        "shard alignment in elements (vector width)"));
+    k->back().info.allowed = "a power of two, 1 to 4096";
+    k->push_back(BoolKey("zerostack.prefetch", ZS_FIELD(zerostack.prefetch),
+                         "stage 3: prefetch parameters from the recorded module order"));
+    // Defaults come from a default-built config.
+    const EngineConfig defaults;
+    for (KeyDecl& key : *k) {
+      if (key.write) key.info.default_json = key.write(defaults).dump();
+    }
+    return k;
+  }();
+  return *keys;
+}
+
+#undef ZS_FIELD
+
+const KeyDecl* FindKey(const std::string& path) {
+  for (const KeyDecl& key : Keys()) {
+    if (key.info.path == path) return &key;
+  }
+  return nullptr;
+}
+
+bool IsSection(const std::string& path) {
+  return std::find(std::begin(kSections), std::end(kSections), path) != std::end(kSections);
+}
+
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string LastComponent(const std::string& path) {
+  size_t dot = path.rfind('.');
+  return dot == std::string::npos ? path : path.substr(dot + 1);
+}
+
+// The known key or section closest to an unknown path, or "" if none is close.
+std::string ClosestKnown(const std::string& path) {
+  std::vector<std::string> known(std::begin(kSections), std::end(kSections));
+  for (const KeyDecl& key : Keys()) known.push_back(key.info.path);
+  // The same key name in another section ("lr" -> "optimizer.params.lr").
+  std::string last = LastComponent(path);
+  for (const std::string& k : known) {
+    if (k != path && LastComponent(k) == last) return k;
+  }
+  std::string best;
+  size_t best_distance = std::max<size_t>(2, path.size() / 3) + 1;
+  for (const std::string& k : known) {
+    size_t d = EditDistance(path, k);
+    if (d < best_distance) {
+      best_distance = d;
+      best = k;
+    }
+  }
+  return best;
+}
+
+Status ReadSection(const Json& object, const std::string& path, const std::string& shown_path,
+                   EngineConfig& config) {
+  for (const auto& [name, value] : object.items()) {
+    std::string key_path = path.empty() ? name : path + "." + name;
+    std::string shown = shown_path.empty() ? name : shown_path + "." + name;
+    if (path.empty() && name == "bfloat16") key_path = "bf16";  // DeepSpeed's alias
+    const KeyDecl* key = FindKey(key_path);
+    if (key == nullptr && !IsSection(key_path)) {
+      std::string closest = ClosestKnown(key_path);
+      return InvalidArgumentError(
+          closest.empty()
+              ? fmt::format("unknown key \"{}\"", shown)
+              : fmt::format("unknown key \"{}\"; did you mean \"{}\"?", shown, closest));
+    }
+    if (value.is_string() && value.get<std::string>() == "auto") {
+      return InvalidArgumentError(fmt::format(
+          "{}: \"auto\" is not supported; zerostack needs an explicit value (allowed: {})", shown,
+          key != nullptr ? key->info.allowed : "an object"));
+    }
+    if (key == nullptr) {  // a section
+      if (!value.is_object()) {
+        return InvalidArgumentError(
+            fmt::format("{}: expected an object (a section of keys), {}", shown, Got(value)));
+      }
+      ZS_RETURN_IF_ERROR(ReadSection(value, key_path, shown, config));
+      continue;
+    }
+    if (std::optional<std::string> error = key->read(value, config)) {
+      return InvalidArgumentError(
+          fmt::format("{}: {}; allowed: {}", shown, *error, key->info.allowed));
+    }
+  }
+  return OkStatus();
+}
+
+Status CheckOffload(const OffloadConfig& offload, const std::string& section) {
+  if (offload.device == OffloadDevice::kNvme && offload.nvme_path.empty()) {
+    return InvalidArgumentError(
+        fmt::format("{}.nvme_path: required when {}.device is \"nvme\"", section, section));
+  }
+  if (offload.device != OffloadDevice::kNone) {
+    return UnimplementedError(fmt::format(
+        "{}.device: \"{}\" is not implemented yet in this version of zerostack; allowed: none",
+        section, offload.device == OffloadDevice::kCpu ? "cpu" : "nvme"));
+  }
+  return OkStatus();
+}
+
+// Checks that involve more than one key.
+Status CheckCombinations(const EngineConfig& c) {
+  if (c.fp16.enabled && c.bf16.enabled) {
+    return InvalidArgumentError(
+        "fp16.enabled and bf16.enabled are both true; enable at most one of them");
+  }
+  ZS_RETURN_IF_ERROR(
+      CheckOffload(c.zero_optimization.offload_optimizer, "zero_optimization.offload_optimizer"));
+  ZS_RETURN_IF_ERROR(
+      CheckOffload(c.zero_optimization.offload_param, "zero_optimization.offload_param"));
+  const SchedulerConfig& s = c.scheduler;
+  if (s.type != SchedulerType::kNone && s.warmup_min_lr > s.warmup_max_lr) {
+    return InvalidArgumentError(fmt::format(
+        "scheduler.params.warmup_min_lr: {} is above scheduler.params.warmup_max_lr {}; allowed: "
+        "<= warmup_max_lr",
+        s.warmup_min_lr, s.warmup_max_lr));
+  }
+  if (s.type == SchedulerType::kWarmupCosineLR && s.total_num_steps < s.warmup_num_steps) {
+    return InvalidArgumentError(fmt::format(
+        "scheduler.params.total_num_steps: {} is below scheduler.params.warmup_num_steps {}; "
+        "allowed: >= warmup_num_steps",
+        s.total_num_steps, s.warmup_num_steps));
+  }
+  int64_t a = c.zerostack.alignment;
+  if ((a & (a - 1)) != 0) {
+    return InvalidArgumentError(fmt::format(
+        "zerostack.alignment: {} is not a power of two; allowed: a power of two, 1 to 4096", a));
+  }
+  return OkStatus();
+}
+
+// nlohmann::json keeps the last of two equal keys; DeepSpeed rejects them, and so do we. Finds
+// the first repeated key (by its path) while parsing.
+class DuplicateKeyFinder {
+ public:
+  bool operator()(int depth, Json::parse_event_t event, Json& parsed) {
+    switch (event) {
+      case Json::parse_event_t::object_start: {
+        std::string path;
+        if (!frames_.empty()) {
+          const Frame& parent = frames_.back();
+          path = parent.path.empty() ? parent.last_key : parent.path + "." + parent.last_key;
+        }
+        frames_.push_back({std::move(path), {}, {}});
+        break;
+      }
+      case Json::parse_event_t::key: {
+        Frame& frame = frames_.back();
+        frame.last_key = parsed.get<std::string>();
+        if (!frame.keys.insert(frame.last_key).second && duplicate_->empty()) {
+          *duplicate_ = frame.path.empty() ? frame.last_key : frame.path + "." + frame.last_key;
+        }
+        break;
+      }
+      case Json::parse_event_t::object_end:
+        if (!frames_.empty()) frames_.pop_back();
+        break;
+      default:
+        break;
+    }
+    return true;
+  }
+  explicit DuplicateKeyFinder(std::string* duplicate) : duplicate_(duplicate) {}
+
+ private:
+  struct Frame {
+    std::string path;
+    std::set<std::string> keys;
+    std::string last_key;
+  };
+  std::vector<Frame> frames_;
+  std::string* duplicate_;
+};
+
+}  // namespace
+
+double SchedulerConfig::LearningRate(int64_t step, double base_lr) const {
+  if (type == SchedulerType::kNone) return base_lr;
+  step = std::max<int64_t>(step, 0);
+  if (step < warmup_num_steps) {
+    double t = static_cast<double>(step) / static_cast<double>(warmup_num_steps);
+    return warmup_min_lr + (warmup_max_lr - warmup_min_lr) * t;
+  }
+  if (type == SchedulerType::kWarmupLR) return warmup_max_lr;
+  double p = 1.0;
+  if (total_num_steps > warmup_num_steps) {
+    p = static_cast<double>(step - warmup_num_steps) /
+        static_cast<double>(total_num_steps - warmup_num_steps);
+    p = std::min(p, 1.0);
+  }
+  double cosine = 0.5 * (1.0 + std::cos(std::numbers::pi * p));
+  return warmup_max_lr * (cos_min_ratio + (1.0 - cos_min_ratio) * cosine);
+}
+
+Status EngineConfig::ValidateForWorld(int dp_world_size) const {
+  if (dp_world_size < 1) {
+    return InvalidArgumentError(
+        fmt::format("data-parallel world size {} is not positive", dp_world_size));
+  }
+  int64_t product = train_micro_batch_size_per_gpu * gradient_accumulation_steps * dp_world_size;
+  if (train_batch_size > 0 && train_batch_size != product) {
+    return InvalidArgumentError(fmt::format(
+        "train_batch_size {} != train_micro_batch_size_per_gpu {} * gradient_accumulation_steps "
+        "{} * data-parallel world size {} (= {})",
+        train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps,
+        dp_world_size, product));
+  }
+  return OkStatus();
+}
+
+StatusOr<EngineConfig> ParseEngineConfig(std::string_view json_text) {
+  Json root;
+  std::string duplicate;
+  try {
+    root = Json::parse(json_text.begin(), json_text.end(), DuplicateKeyFinder(&duplicate));
+  } catch (const Json::exception& e) {
+    // e.what(): "[json.exception.parse_error.101] parse error at line 3, column 7: ..."
+    return InvalidArgumentError(fmt::format("malformed JSON: {}", e.what()));
+  }
+  if (!duplicate.empty()) {
+    return InvalidArgumentError(fmt::format("key \"{}\" is given more than once", duplicate));
+  }
+  if (!root.is_object()) {
+    return InvalidArgumentError(
+        fmt::format("a config must be a JSON object of keys, {}", Got(root)));
+  }
+  if (root.contains("bf16") && root.contains("bfloat16")) {
+    return InvalidArgumentError(
+        "both \"bf16\" and its alias \"bfloat16\" are given; use one of them");
+  }
+  EngineConfig config;
+  ZS_RETURN_IF_ERROR(ReadSection(root, "", "", config));
+  ZS_RETURN_IF_ERROR(CheckCombinations(config));
+  return config;
+}
+
+StatusOr<EngineConfig> LoadEngineConfig(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::file_status st = std::filesystem::status(path, ec);
+  if (st.type() == std::filesystem::file_type::not_found) {
+    return NotFoundError(fmt::format("config file {}: no such file", path));
+  }
+  if (ec) return IoError(fmt::format("config file {}: {}", path, ec.message()));
+  if (std::filesystem::is_directory(st)) {
+    return InvalidArgumentError(fmt::format("config file {}: is a directory", path));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return IoError(
+        fmt::format("config file {}: cannot open for reading: {}", path, std::strerror(errno)));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return IoError(fmt::format("config file {}: read failed", path));
+  StatusOr<EngineConfig> config = ParseEngineConfig(text.str());
+  if (!config.ok()) return config.status().WithContext(fmt::format("config file {}", path));
+  return config;
+}
+
+std::string EngineConfigToJson(const EngineConfig& config) {
+  Json out = Json::object();
+  for (const KeyDecl& key : Keys()) {
+    if (!key.write) continue;
+    std::string pointer = "/" + key.info.path;
+    std::replace(pointer.begin(), pointer.end(), '.', '/');
+    out[Json::json_pointer(pointer)] = key.write(config);
+  }
+  return out.dump(2);
+}
+
+std::vector<ConfigKeyInfo> EngineConfigKeys() {
+  std::vector<ConfigKeyInfo> infos;
+  for (const KeyDecl& key : Keys()) infos.push_back(key.info);
+  return infos;
+}
+
+}  // namespace zs

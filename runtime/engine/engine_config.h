@@ -1,0 +1,180 @@
+// EngineConfig: the training configuration, read from a JSON file in DeepSpeed's shape.
+//
+// Contract
+// - ParseEngineConfig() reads the JSON text of a DeepSpeed-style config. Every key it accepts
+//   is a field below; the default of each field is the value written here, and docs/CONFIG.md
+//   lists every key with the same default (config_docs_test keeps the two in agreement).
+// - Errors are InvalidArgument and name the key by its full path ("zero_optimization.stage"),
+//   the bad value and what is allowed: an unknown key (with the closest known key, if any), a
+//   value of the wrong JSON type, a value out of range, an enum value not in its list, and
+//   combinations that cannot work (fp16 and bf16 both enabled; an offload device that is not
+//   implemented yet). Nothing is silently ignored or downgraded. An offload device other than
+//   "none" is Unimplemented (the only non-InvalidArgument code). Malformed JSON names the line
+//   and column; a key given twice in one object is an error too.
+// - DeepSpeed's "bfloat16" section is accepted as an alias of "bf16" (not both at once). A few
+//   DeepSpeed keys that only affect logging are accepted and have no effect (listed in
+//   EngineConfigKeys() with ignored = true and in docs/CONFIG.md).
+// - DeepSpeed accepts "auto" for some values; zerostack does not (a config must say what runs).
+// - Sizes (reduce_bucket_size, ...) are counted in elements, as in DeepSpeed, and accept JSON
+//   integers or numbers with an integral value (5e8).
+// - A plain value: copyable, no threads.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/base/status.h"
+
+namespace zs {
+
+enum class OffloadDevice { kNone, kCpu, kNvme };
+
+struct OffloadConfig {
+  OffloadDevice device = OffloadDevice::kNone;  // "none" | "cpu" | "nvme"
+  std::string nvme_path;                        // required when device is nvme
+  bool pin_memory = false;
+  int64_t buffer_count = 5;
+  int64_t buffer_size = 100'000'000;  // elements (offload_param only in DeepSpeed)
+
+  bool operator==(const OffloadConfig&) const = default;
+};
+
+struct ZeroConfig {
+  int stage = 0;                                     // 0, 1, 2 or 3
+  int64_t reduce_bucket_size = 500'000'000;          // elements per gradient bucket
+  int64_t allgather_bucket_size = 500'000'000;       // elements per stage 1/2 all-gather
+  bool overlap_comm = false;                         // reduce while backward runs
+  bool contiguous_gradients = true;                  // accepted; our buckets are always contiguous
+  bool reduce_scatter = true;                        // stages 2/3: reduce-scatter, not all-reduce
+  int64_t stage3_prefetch_bucket_size = 50'000'000;  // elements in flight for prefetch
+  int64_t stage3_max_live_parameters = 1'000'000'000;    // gathered elements held at once
+  int64_t stage3_max_reuse_distance = 1'000'000'000;     // keep a released unit if reused within
+  int64_t stage3_param_persistence_threshold = 100'000;  // units this small stay gathered
+  OffloadConfig offload_optimizer;
+  OffloadConfig offload_param;
+
+  bool operator==(const ZeroConfig&) const = default;
+};
+
+struct AioConfig {
+  int64_t block_size = 1'048'576;  // bytes
+  int64_t queue_depth = 8;
+  int64_t intra_op_parallelism = 1;
+  bool single_submit = false;
+  bool overlap_events = true;
+
+  bool operator==(const AioConfig&) const = default;
+};
+
+struct Fp16Config {
+  bool enabled = false;
+  double loss_scale = 0.0;           // 0 = dynamic loss scaling; > 0 = that static scale
+  int initial_scale_power = 16;      // dynamic: start at 2^power
+  int64_t loss_scale_window = 1000;  // steps without overflow before the scale doubles
+  int64_t hysteresis = 2;            // overflows tolerated before the scale halves
+  double min_loss_scale = 1.0;
+
+  bool operator==(const Fp16Config&) const = default;
+};
+
+struct Bf16Config {
+  bool enabled = false;
+
+  bool operator==(const Bf16Config&) const = default;
+};
+
+enum class OptimizerType { kAdamW, kAdam };  // "AdamW" | "Adam" (case-insensitive)
+
+struct OptimizerConfig {
+  OptimizerType type = OptimizerType::kAdamW;
+  double lr = 1e-3;
+  std::array<double, 2> betas = {0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 0.01;  // applied only to parameters whose spec asks for it
+  // "Adam" with weight_decay > 0 adds decay to the gradient (L2); "AdamW" decouples it.
+
+  bool operator==(const OptimizerConfig&) const = default;
+};
+
+// The learning rate at optimizer step s (0-based), with W = warmup_num_steps,
+// T = total_num_steps, lo = warmup_min_lr, hi = warmup_max_lr, r = cos_min_ratio:
+// - "none":           base_lr (optimizer.params.lr) at every step.
+// - "WarmupLR":       lo + (hi - lo) * s / W for s < W; hi for s >= W (and for W == 0).
+// - "WarmupCosineLR": the same warm-up for s < W; then with p = (s - W) / (T - W) clamped to
+//                     [0, 1] (p = 1 when T <= W): hi * (r + (1 - r) * (1 + cos(pi * p)) / 2),
+//                     i.e. hi at s = W, falling to r * hi at s = T and constant after.
+// Negative steps count as step 0. Unlike DeepSpeed's WarmupLR the warm-up is always linear
+// (DeepSpeed's default warmup_type is "log"), and WarmupCosineLR's peak is warmup_max_lr,
+// not the optimizer's lr.
+enum class SchedulerType { kNone, kWarmupLR, kWarmupCosineLR };
+
+struct SchedulerConfig {
+  SchedulerType type = SchedulerType::kNone;
+  double warmup_min_lr = 0.0;
+  double warmup_max_lr = 1e-3;
+  int64_t warmup_num_steps = 1000;
+  int64_t total_num_steps = 10000;  // WarmupCosineLR only
+  double cos_min_ratio = 0.0001;    // WarmupCosineLR only
+  // The learning rate for optimizer step `step` (0-based); `base_lr` is optimizer.lr.
+  double LearningRate(int64_t step, double base_lr) const;
+
+  bool operator==(const SchedulerConfig&) const = default;
+};
+
+// zerostack's own keys (section "zerostack"), for what DeepSpeed's config does not say.
+struct ZerostackConfig {
+  int64_t comm_timeout_ms = 60'000;  // deadline of every collective
+  int64_t max_inflight_buckets = 2;  // reduce buckets in flight at once (bucket buffers held)
+  int64_t alignment = 16;            // shard alignment in elements (vector width)
+  bool prefetch = true;              // stage 3: prefetch from the recorded trace
+
+  bool operator==(const ZerostackConfig&) const = default;
+};
+
+struct EngineConfig {
+  int64_t train_batch_size = 0;  // 0 = not given; else must equal the product
+  int64_t train_micro_batch_size_per_gpu = 1;
+  int64_t gradient_accumulation_steps = 1;
+  double gradient_clipping = 0.0;  // 0 = off; else max global L2 norm
+  int64_t steps_per_print = 10;
+  ZeroConfig zero_optimization;
+  AioConfig aio;
+  Fp16Config fp16;
+  Bf16Config bf16;
+  OptimizerConfig optimizer;
+  SchedulerConfig scheduler;
+  ZerostackConfig zerostack;
+
+  // Checks that need the world size: train_batch_size (if given) ==
+  // micro batch * accumulation steps * dp_world_size, naming all four.
+  Status ValidateForWorld(int dp_world_size) const;
+
+  bool operator==(const EngineConfig&) const = default;
+};
+
+// Parses the JSON text of a config; keys not given keep the defaults above.
+StatusOr<EngineConfig> ParseEngineConfig(std::string_view json_text);
+// Reads and parses a file; errors name the path.
+StatusOr<EngineConfig> LoadEngineConfig(const std::string& path);
+// The config back as JSON (every key, defaults included): what a run actually used, for reports.
+// Round-trips: ParseEngineConfig(EngineConfigToJson(c)) == c for every valid c.
+std::string EngineConfigToJson(const EngineConfig& config);
+
+// One accepted key, as the parser declares it (the single list behind the parser, the JSON
+// writer and docs/CONFIG.md).
+struct ConfigKeyInfo {
+  std::string path;          // full dotted path: "zero_optimization.offload_param.device"
+  std::string type;          // "integer", "size", "number", "boolean", "string", "[number, number]"
+  std::string default_json;  // the default as JSON text, from a default-built EngineConfig
+  std::string allowed;       // allowed values or range, as the error messages say it
+  std::string description;   // one line
+  bool ignored = false;      // accepted for DeepSpeed compatibility, has no effect, no field
+};
+
+// Every accepted key, in the order of the docs (sections in declaration order).
+std::vector<ConfigKeyInfo> EngineConfigKeys();
+
+}  // namespace zs

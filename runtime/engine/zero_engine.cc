@@ -1,0 +1,546 @@
+#include "runtime/engine/zero_engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "optimizers/adamw_reference.h"
+#include "runtime/base/check.h"
+#include "runtime/engine/loss_scaler.h"
+#include "runtime/gather/gather_coordinator.h"
+#include "runtime/reduce/gradient_reducer.h"
+
+namespace zs {
+namespace {
+
+// Everything the engine keeps lives in the device tier (on a CpuDevice that is host memory
+// standing in for device memory, so budgets and reports read as they would on a GPU).
+constexpr MemoryTier kTier = MemoryTier::kDevice;
+
+DType ComputeDType(const EngineConfig& config) {
+  if (config.bf16.enabled) return DType::kBF16;
+  if (config.fp16.enabled) return DType::kF16;
+  return DType::kF32;
+}
+
+// One rank's storage and per-micro-batch bookkeeping for one unit.
+struct UnitState {
+  explicit UnitState(ShardLayout l) : layout(std::move(l)) {}
+
+  ShardLayout layout;
+  DeviceBuffer params;      // stages 0-2: padded unit; stage 3: this rank's shard (compute dtype)
+  DeviceBuffer grads;       // stages 0-1: padded unit; stages 2-3: shard (compute dtype)
+  DeviceBuffer master;      // fp32, over the optimizer range
+  DeviceBuffer exp_avg;     // fp32, over the optimizer range
+  DeviceBuffer exp_avg_sq;  // fp32, over the optimizer range
+  int64_t opt_begin = 0;    // the optimizer range in the unit frame: [opt_begin, +opt_size)
+  int64_t opt_size = 0;
+  int64_t param_base = 0;   // unit offset of params' first element
+  int64_t grad_base = 0;    // unit offset of grads' first element
+
+  // Micro-batch state (see the bracket rules in unit_access.h).
+  int forward_uses = 0;     // forward brackets opened this micro-batch
+  int backward_done = 0;    // backward brackets closed this micro-batch
+  int open = 0;             // brackets open now (forward and backward, nested)
+  int open_backward = 0;
+  const void* full = nullptr;  // the full parameters (compute dtype) while open
+  DeviceBuffer view;           // fp32 widening of `full` while open (bf16/fp16 compute)
+  DeviceBuffer grad_staging;   // fp32 padded unit gradient while in backward
+  int64_t reduced = 0;         // micro-batches reduced since the last Step
+};
+
+uint64_t Fnv1a(uint64_t h, const void* data, size_t bytes) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+}  // namespace
+
+class ZeroEngine::Impl {
+ public:
+  Impl(const EngineConfig& config, ModelSpec model, Device& device, Communicator& dp)
+      : config_(config), model_(std::move(model)), device_(device), dp_(dp),
+        dtype_(ComputeDType(config)), scaler_(config.fp16) {}
+
+  Status Init(const ParamInit& init);
+
+  // UnitAccess.
+  Status Begin(int unit, bool backward);
+  Status End(int unit, bool backward);
+  std::span<const float> Param(int unit, int param);
+  std::span<float> Grad(int unit, int param);
+  float backward_scale() const {
+    return scaler_.scale() /
+           float(dp_.size() * config_.gradient_accumulation_steps);
+  }
+
+  StatusOr<StepResult> Step();
+  StatusOr<std::vector<double>> AllGatherDouble(double local);
+  StatusOr<std::vector<float>> GatherMasterUnit(int unit);
+  int64_t MicroBatchesPending() const;
+
+  const EngineConfig config_;
+  const ModelSpec model_;
+  Device& device_;
+  Communicator& dp_;
+  const DType dtype_;
+  LossScaler scaler_;
+  int64_t step_ = 0;
+  std::unique_ptr<Communicator> gather_comm_;
+  std::unique_ptr<Communicator> reduce_comm_;
+  std::vector<UnitState> units_;
+  std::unique_ptr<GradientReducer> reducer_;
+  std::unique_ptr<GatherCoordinator> gatherer_;  // stage 3 only
+
+ private:
+  int stage() const { return config_.zero_optimization.stage; }
+  StatusOr<DeviceBuffer> Alloc(int64_t elements, DType type, MemoryCategory category,
+                               const std::string& what, int unit);
+  Status CheckUnit(int unit) const;
+};
+
+StatusOr<DeviceBuffer> ZeroEngine::Impl::Alloc(int64_t elements, DType type,
+                                               MemoryCategory category, const std::string& what,
+                                               int unit) {
+  auto buffer = device_.Allocate(size_t(elements) * DTypeSize(type), kTier, category);
+  if (!buffer.ok()) {
+    return Status(buffer.status().code(),
+                  fmt::format("engine (rank {}): {} of unit '{}' ({} elements of {}): {}",
+                              dp_.rank(), what, model_.units[unit].name, elements,
+                              DTypeName(type), buffer.status().message()));
+  }
+  return buffer;
+}
+
+Status ZeroEngine::Impl::Init(const ParamInit& init) {
+  const auto& zero = config_.zero_optimization;
+  const int world = dp_.size();
+  const int rank = dp_.rank();
+  ZS_ASSIGN_OR_RETURN(gather_comm_, dp_.Split(0, rank, dp_.group_name() + ".gather"));
+  ZS_ASSIGN_OR_RETURN(reduce_comm_, dp_.Split(0, rank, dp_.group_name() + ".reduce"));
+
+  std::vector<ShardLayout> layouts;
+  for (size_t u = 0; u < model_.units.size(); ++u) {
+    std::vector<int64_t> sizes;
+    for (const ParamSpec& p : model_.units[u].params) sizes.push_back(p.numel());
+    auto layout = ShardLayout::Create(sizes, world, config_.zerostack.alignment);
+    if (!layout.ok()) {
+      return InvalidArgumentError(fmt::format("unit '{}': {}", model_.units[u].name,
+                                              layout.status().message()));
+    }
+    layouts.push_back(*layout);
+    units_.emplace_back(std::move(*layout));
+  }
+
+  for (size_t u = 0; u < units_.size(); ++u) {
+    UnitState& s = units_[u];
+    const int unit = int(u);
+    const int64_t padded = s.layout.padded_size();
+    const int64_t shard = s.layout.shard_size();
+    const int64_t shard_begin = s.layout.ShardRangeInUnit(rank).begin.value();
+    s.param_base = stage() == 3 ? shard_begin : 0;
+    s.grad_base = stage() >= 2 ? shard_begin : 0;
+    s.opt_begin = stage() == 0 ? 0 : shard_begin;
+    s.opt_size = stage() == 0 ? padded : shard;
+    ZS_ASSIGN_OR_RETURN(s.params, Alloc(stage() == 3 ? shard : padded, dtype_,
+                                        MemoryCategory::kParameters, "parameters", unit));
+    ZS_ASSIGN_OR_RETURN(s.grads, Alloc(stage() >= 2 ? shard : padded, dtype_,
+                                       MemoryCategory::kGradients, "gradients", unit));
+    ZS_ASSIGN_OR_RETURN(s.master, Alloc(s.opt_size, DType::kF32,
+                                        MemoryCategory::kOptimizerStates, "master weights", unit));
+    ZS_ASSIGN_OR_RETURN(s.exp_avg, Alloc(s.opt_size, DType::kF32,
+                                         MemoryCategory::kOptimizerStates, "exp_avg", unit));
+    ZS_ASSIGN_OR_RETURN(s.exp_avg_sq, Alloc(s.opt_size, DType::kF32,
+                                            MemoryCategory::kOptimizerStates, "exp_avg_sq", unit));
+    // Padding and gaps stay zero in every buffer.
+    std::memset(s.params.data(), 0, s.params.size());
+    std::memset(s.grads.data(), 0, s.grads.size());
+    std::memset(s.master.data(), 0, s.master.size());
+    std::memset(s.exp_avg.data(), 0, s.exp_avg.size());
+    std::memset(s.exp_avg_sq.data(), 0, s.exp_avg_sq.size());
+
+    const int64_t param_size = stage() == 3 ? shard : padded;
+    const UnitRange param_range{UnitOffset(s.param_base), UnitOffset(s.param_base + param_size)};
+    const UnitRange opt_range{UnitOffset(s.opt_begin), UnitOffset(s.opt_begin + s.opt_size)};
+    std::vector<float> values;
+    for (int p = 0; p < s.layout.num_params(); ++p) {
+      const UnitRange where = s.layout.ParamRangeInUnit(p);
+      values.assign(size_t(where.size()), 0.0f);
+      init(unit, p, std::span<float>(values));
+      for (float x : values) {
+        if (!std::isfinite(x)) {
+          return InvalidArgumentError(fmt::format("init of unit '{}' parameter '{}' produced {}",
+                                                  model_.units[u].name,
+                                                  model_.units[u].params[p].name, x));
+        }
+      }
+      const UnitRange in_params = where.Intersect(param_range);
+      ConvertFromFloat(values.data() + (in_params.begin - where.begin),
+                       s.params.data_as<char>() +
+                           (in_params.begin.value() - s.param_base) * DTypeSize(dtype_),
+                       dtype_, size_t(in_params.size()));
+      const UnitRange in_opt = where.Intersect(opt_range);
+      std::copy_n(values.data() + (in_opt.begin - where.begin), in_opt.size(),
+                  s.master.data_as<float>() + (in_opt.begin.value() - s.opt_begin));
+    }
+  }
+
+  ReducerOptions reducer_options;
+  reducer_options.dtype = dtype_;
+  reducer_options.reduction =
+      stage() >= 2 ? GradReduction::kReduceScatter : GradReduction::kAllReduce;
+  reducer_options.bucket_elements = zero.reduce_bucket_size;
+  reducer_options.max_inflight = int(config_.zerostack.max_inflight_buckets);
+  reducer_options.overlap = zero.overlap_comm;
+  reducer_options.tier = kTier;
+  ZS_ASSIGN_OR_RETURN(reducer_,
+                      GradientReducer::Create(layouts, reducer_options, device_, *reduce_comm_));
+
+  if (stage() == 3) {
+    std::vector<GatherUnitInfo> infos;
+    for (size_t u = 0; u < units_.size(); ++u) {
+      infos.push_back(GatherUnitInfo{
+          model_.units[u].name, units_[u].layout.shard_size(), units_[u].params.data(),
+          model_.units[u].numel() <= zero.stage3_param_persistence_threshold});
+    }
+    GatherOptions options;
+    options.dtype = dtype_;
+    options.prefetch_elements = zero.stage3_prefetch_bucket_size;
+    options.max_live_elements = zero.stage3_max_live_parameters;
+    options.max_reuse_distance_elements = zero.stage3_max_reuse_distance;
+    options.prefetch = config_.zerostack.prefetch;
+    options.tier = kTier;
+    ZS_ASSIGN_OR_RETURN(gatherer_, GatherCoordinator::Create(std::move(infos), options, device_,
+                                                             *gather_comm_));
+  }
+  return OkStatus();
+}
+
+Status ZeroEngine::Impl::CheckUnit(int unit) const {
+  ZS_CHECK(unit >= 0 && unit < int(units_.size()), "unit {} out of range [0, {})", unit,
+           units_.size());
+  return OkStatus();
+}
+
+Status ZeroEngine::Impl::Begin(int unit, bool backward) {
+  ZS_RETURN_IF_ERROR(CheckUnit(unit));
+  UnitState& s = units_[unit];
+  const std::string& name = model_.units[unit].name;
+  if (backward) {
+    ZS_CHECK(s.backward_done + s.open_backward < s.forward_uses,
+             "BeginBackward(unit '{}'): its forward was bracketed {} times and {} backward "
+             "brackets are already open or done",
+             name, s.forward_uses, s.backward_done + s.open_backward);
+    if (!s.grad_staging) {
+      ZS_ASSIGN_OR_RETURN(s.grad_staging,
+                          Alloc(s.layout.padded_size(), DType::kF32,
+                                MemoryCategory::kCommBuffers, "gradient staging", unit));
+      std::memset(s.grad_staging.data(), 0, s.grad_staging.size());
+    }
+    ++s.open_backward;
+  } else {
+    ZS_CHECK(s.backward_done == 0 && s.open_backward == 0,
+             "BeginForward(unit '{}') while its backward is under way", name);
+    ++s.forward_uses;
+  }
+  if (s.open++ > 0) return OkStatus();
+  if (gatherer_ != nullptr) {
+    auto full = gatherer_->Acquire(unit);
+    if (!full.ok()) {
+      return Status(full.status().code(), fmt::format("gathering unit '{}': {}", name,
+                                                      full.status().message()));
+    }
+    s.full = *full;
+  } else {
+    s.full = s.params.data();
+  }
+  if (dtype_ != DType::kF32) {
+    ZS_ASSIGN_OR_RETURN(s.view, Alloc(s.layout.unit_size(), DType::kF32,
+                                      MemoryCategory::kActivations, "fp32 view", unit));
+    ConvertToFloat(s.full, dtype_, s.view.data_as<float>(), size_t(s.layout.unit_size()));
+  }
+  return OkStatus();
+}
+
+Status ZeroEngine::Impl::End(int unit, bool backward) {
+  ZS_RETURN_IF_ERROR(CheckUnit(unit));
+  UnitState& s = units_[unit];
+  const std::string& name = model_.units[unit].name;
+  ZS_CHECK(s.open > 0, "End{}(unit '{}') without a matching Begin", backward ? "Backward" : "Forward",
+           name);
+  Status status;
+  if (backward) {
+    ZS_CHECK(s.open_backward > 0, "EndBackward(unit '{}') without BeginBackward", name);
+    --s.open_backward;
+    if (++s.backward_done == s.forward_uses) {
+      // The unit's gradient is complete: hand it to the reducer and free the staging.
+      status = reducer_->ReduceUnit(unit, s.grad_staging.data_as<float>(), s.grads.data(),
+                                    /*accumulate=*/s.reduced > 0);
+      if (!status.ok()) {
+        status = Status(status.code(), fmt::format("reducing the gradient of unit '{}': {}", name,
+                                                   status.message()));
+      }
+      s.grad_staging.Reset();
+      ++s.reduced;
+      s.forward_uses = 0;
+      s.backward_done = 0;
+    }
+  }
+  if (--s.open > 0) return status;
+  s.view.Reset();
+  s.full = nullptr;
+  if (gatherer_ != nullptr) {
+    Status released = gatherer_->Release(unit);
+    if (status.ok()) status = released;
+  }
+  return status;
+}
+
+std::span<const float> ZeroEngine::Impl::Param(int unit, int param) {
+  (void)CheckUnit(unit);
+  UnitState& s = units_[unit];
+  ZS_CHECK(s.open > 0, "Param(unit '{}', {}) outside a Begin/End bracket", model_.units[unit].name,
+           param);
+  ZS_CHECK(param >= 0 && param < s.layout.num_params(), "unit '{}' has no parameter {}",
+           model_.units[unit].name, param);
+  const UnitRange where = s.layout.ParamRangeInUnit(param);
+  const float* base = dtype_ == DType::kF32 ? static_cast<const float*>(s.full)
+                                            : s.view.data_as<const float>();
+  return {base + where.begin.value(), size_t(where.size())};
+}
+
+std::span<float> ZeroEngine::Impl::Grad(int unit, int param) {
+  (void)CheckUnit(unit);
+  UnitState& s = units_[unit];
+  ZS_CHECK(s.open_backward > 0, "Grad(unit '{}', {}) outside a backward bracket",
+           model_.units[unit].name, param);
+  ZS_CHECK(param >= 0 && param < s.layout.num_params(), "unit '{}' has no parameter {}",
+           model_.units[unit].name, param);
+  const UnitRange where = s.layout.ParamRangeInUnit(param);
+  return {s.grad_staging.data_as<float>() + where.begin.value(), size_t(where.size())};
+}
+
+int64_t ZeroEngine::Impl::MicroBatchesPending() const {
+  int64_t n = std::numeric_limits<int64_t>::max();
+  for (const UnitState& s : units_) n = std::min(n, s.reduced);
+  return units_.empty() ? 0 : n;
+}
+
+StatusOr<std::vector<double>> ZeroEngine::Impl::AllGatherDouble(double local) {
+  // The Communicator moves f32 elements; a double is two of them, copied bit for bit.
+  std::vector<double> all(size_t(dp_.size()), 0.0);
+  all[size_t(dp_.rank())] = local;
+  ZS_RETURN_IF_ERROR(dp_.AllGather(&all[size_t(dp_.rank())], all.data(), 2, DType::kF32));
+  return all;
+}
+
+StatusOr<StepResult> ZeroEngine::Impl::Step() {
+  ZS_RETURN_IF_ERROR(reducer_->Finish());
+  const int64_t ga = config_.gradient_accumulation_steps;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const UnitState& s = units_[u];
+    if (s.reduced != ga || s.open > 0 || s.forward_uses > 0) {
+      return FailedPreconditionError(fmt::format(
+          "Step(): unit '{}' completed {} micro-batches (forward brackets open: {}, forward uses "
+          "without backward: {}); gradient_accumulation_steps is {}",
+          model_.units[u].name, s.reduced, s.open, s.forward_uses, ga));
+    }
+  }
+  const int rank = dp_.rank();
+  const size_t elem = DTypeSize(dtype_);
+  StepResult result;
+  result.loss_scale = scaler_.scale();
+  const double inv_scale = 1.0 / double(scaler_.scale());
+
+  // Overflow (fp16): every rank looks at its shard; all agree through a max-reduction.
+  bool overflow = false;
+  double sum_squares = 0.0;
+  for (const UnitState& s : units_) {
+    const int64_t shard_begin = s.layout.ShardRangeInUnit(rank).begin.value();
+    const char* g = s.grads.data_as<const char>() + (shard_begin - s.grad_base) * elem;
+    for (int64_t i = 0; i < s.layout.shard_size(); ++i) {
+      const double x = double(LoadAsFloat(g, dtype_, size_t(i))) * inv_scale;
+      sum_squares += x * x;
+    }
+  }
+  ZS_ASSIGN_OR_RETURN(std::vector<double> partials, AllGatherDouble(sum_squares));
+  double total = 0.0;
+  for (double p : partials) total += p;  // rank order, the same on every rank and stage
+  result.grad_norm = std::sqrt(total);
+  if (config_.fp16.enabled) overflow = !std::isfinite(total);
+
+  if (gatherer_ != nullptr) ZS_RETURN_IF_ERROR(gatherer_->EndStep());
+  if (overflow) {
+    scaler_.Update(true);
+    for (UnitState& s : units_) s.reduced = 0;
+    result.skipped = true;
+    result.step = step_;
+    return result;
+  }
+  const double clip = config_.gradient_clipping;
+  if (clip > 0 && result.grad_norm > clip) result.clip_coef = clip / (result.grad_norm + 1e-6);
+  const float grad_scale = float(inv_scale * result.clip_coef);
+  result.lr = config_.scheduler.LearningRate(step_, config_.optimizer.lr);
+
+  AdamWHyper hyper;
+  hyper.lr = float(result.lr);
+  hyper.beta1 = float(config_.optimizer.betas[0]);
+  hyper.beta2 = float(config_.optimizer.betas[1]);
+  hyper.eps = float(config_.optimizer.eps);
+  hyper.decoupled = config_.optimizer.type == OptimizerType::kAdamW;
+  hyper.step = step_ + 1;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    UnitState& s = units_[u];
+    const UnitRange opt_range{UnitOffset(s.opt_begin), UnitOffset(s.opt_begin + s.opt_size)};
+    for (int p = 0; p < s.layout.num_params(); ++p) {
+      const UnitRange part = s.layout.ParamRangeInUnit(p).Intersect(opt_range);
+      if (part.empty()) continue;
+      hyper.weight_decay = model_.units[u].params[p].weight_decay
+                               ? float(config_.optimizer.weight_decay)
+                               : 0.0f;
+      const int64_t at = part.begin.value();
+      AdamWReferenceStep(hyper, s.master.data_as<float>() + (at - s.opt_begin),
+                         s.exp_avg.data_as<float>() + (at - s.opt_begin),
+                         s.exp_avg_sq.data_as<float>() + (at - s.opt_begin),
+                         s.grads.data_as<const char>() + (at - s.grad_base) * elem, dtype_,
+                         grad_scale, s.params.data_as<char>() + (at - s.param_base) * elem,
+                         dtype_, size_t(part.size()));
+    }
+    s.reduced = 0;
+  }
+  // Stages 1 and 2: every rank updated its shard of the resident parameters; gather the rest.
+  if (stage() == 1 || stage() == 2) {
+    std::vector<CommHandle> handles;
+    for (UnitState& s : units_) {
+      const int64_t shard = s.layout.shard_size();
+      char* full = s.params.data_as<char>();
+      handles.push_back(gather_comm_->StartAllGather(full + rank * shard * elem, full,
+                                                     size_t(shard), dtype_));
+    }
+    Status first;
+    for (size_t u = 0; u < handles.size(); ++u) {
+      Status s = handles[u].Wait();
+      if (first.ok() && !s.ok()) {
+        first = Status(s.code(), fmt::format("all-gathering the parameters of unit '{}': {}",
+                                             model_.units[u].name, s.message()));
+      }
+    }
+    ZS_RETURN_IF_ERROR(first);
+  }
+  if (gatherer_ != nullptr) ZS_RETURN_IF_ERROR(gatherer_->RegatherPersistent());
+  scaler_.Update(false);
+  ++step_;
+  result.step = step_;
+  return result;
+}
+
+StatusOr<std::vector<float>> ZeroEngine::Impl::GatherMasterUnit(int unit) {
+  UnitState& s = units_[unit];
+  std::vector<float> full(size_t(s.layout.padded_size()), 0.0f);
+  if (stage() == 0) {
+    std::copy_n(s.master.data_as<const float>(), s.opt_size, full.data());
+    return full;
+  }
+  const int64_t shard = s.layout.shard_size();
+  std::copy_n(s.master.data_as<const float>(), shard, full.data() + dp_.rank() * shard);
+  ZS_RETURN_IF_ERROR(
+      dp_.AllGather(full.data() + dp_.rank() * shard, full.data(), size_t(shard), DType::kF32));
+  return full;
+}
+
+// ---- ZeroEngine ---------------------------------------------------------------------------
+
+StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(const EngineConfig& config,
+                                                         ModelSpec model, const ParamInit& init,
+                                                         Device& device, Communicator& dp) {
+  ZS_RETURN_IF_ERROR(model.Validate());
+  ZS_RETURN_IF_ERROR(config.ValidateForWorld(dp.size()));
+  if (device.kind() != DeviceKind::kCpu) {
+    return UnimplementedError(fmt::format(
+        "ZeroEngine on device '{}': the engine steps on CPU devices only until the fused CUDA "
+        "optimizer kernels are wired in",
+        device.name()));
+  }
+  const auto& zero = config.zero_optimization;
+  if (zero.stage >= 2 && !zero.reduce_scatter) {
+    return UnimplementedError(fmt::format(
+        "zero_optimization.reduce_scatter=false with stage {}: stages 2 and 3 reduce-scatter "
+        "their gradients; set it to true",
+        zero.stage));
+  }
+  auto impl = std::make_unique<Impl>(config, std::move(model), device, dp);
+  ZS_RETURN_IF_ERROR(impl->Init(init));
+  return std::unique_ptr<ZeroEngine>(new ZeroEngine(std::move(impl)));
+}
+
+ZeroEngine::ZeroEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ZeroEngine::~ZeroEngine() = default;
+
+const ModelSpec& ZeroEngine::model() const { return impl_->model_; }
+Status ZeroEngine::BeginForward(int unit) { return impl_->Begin(unit, false); }
+Status ZeroEngine::EndForward(int unit) { return impl_->End(unit, false); }
+Status ZeroEngine::BeginBackward(int unit) { return impl_->Begin(unit, true); }
+Status ZeroEngine::EndBackward(int unit) { return impl_->End(unit, true); }
+std::span<const float> ZeroEngine::Param(int unit, int param) {
+  return impl_->Param(unit, param);
+}
+std::span<float> ZeroEngine::Grad(int unit, int param) { return impl_->Grad(unit, param); }
+float ZeroEngine::backward_scale() const { return impl_->backward_scale(); }
+StatusOr<StepResult> ZeroEngine::Step() { return impl_->Step(); }
+
+StatusOr<double> ZeroEngine::AllReduceMean(double local) {
+  ZS_ASSIGN_OR_RETURN(std::vector<double> all, impl_->AllGatherDouble(local));
+  double sum = 0.0;
+  for (double x : all) sum += x;
+  return sum / double(all.size());
+}
+
+StatusOr<std::vector<float>> ZeroEngine::GatherMasterParam(int unit, int param) {
+  ZS_CHECK(unit >= 0 && unit < int(impl_->units_.size()), "unit {} out of range", unit);
+  ZS_ASSIGN_OR_RETURN(std::vector<float> full, impl_->GatherMasterUnit(unit));
+  const UnitRange where = impl_->units_[unit].layout.ParamRangeInUnit(param);
+  return std::vector<float>(full.begin() + where.begin.value(), full.begin() + where.end.value());
+}
+
+StatusOr<uint64_t> ZeroEngine::MasterDigest() {
+  uint64_t h = 14695981039346656037ull;
+  for (size_t u = 0; u < impl_->units_.size(); ++u) {
+    ZS_ASSIGN_OR_RETURN(std::vector<float> full, impl_->GatherMasterUnit(int(u)));
+    const ShardLayout& layout = impl_->units_[u].layout;
+    for (int p = 0; p < layout.num_params(); ++p) {
+      const UnitRange where = layout.ParamRangeInUnit(p);
+      h = Fnv1a(h, full.data() + where.begin.value(), size_t(where.size()) * sizeof(float));
+    }
+  }
+  return h;
+}
+
+const EngineConfig& ZeroEngine::config() const { return impl_->config_; }
+int ZeroEngine::stage() const { return impl_->config_.zero_optimization.stage; }
+int ZeroEngine::world_size() const { return impl_->dp_.size(); }
+int ZeroEngine::rank() const { return impl_->dp_.rank(); }
+DType ZeroEngine::compute_dtype() const { return impl_->dtype_; }
+const ShardLayout& ZeroEngine::layout(int unit) const { return impl_->units_[unit].layout; }
+int64_t ZeroEngine::micro_batches_pending() const { return impl_->MicroBatchesPending(); }
+
+GatherReport ZeroEngine::gather_report() const {
+  GatherReport r;
+  if (impl_->gatherer_ == nullptr) return r;
+  const GatherStats& s = impl_->gatherer_->stats();
+  r.gathers = s.gathers;
+  r.prefetch_hits = s.prefetch_hits;
+  r.demand_gathers = s.demand_gathers;
+  r.reuse_hits = s.reuse_hits;
+  r.trace_invalidations = s.trace_invalidations;
+  r.peak_live_elements = s.peak_live_elements;
+  return r;
+}
+
+}  // namespace zs

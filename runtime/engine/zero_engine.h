@@ -1,0 +1,118 @@
+// ZeroEngine: a model's parameters, gradients and optimizer states, sharded across the
+// data-parallel group as the ZeRO stage says, behind the UnitAccess hook surface.
+//
+// Contract
+// - Create() is collective over `dp`: every rank passes the same config, model and init. It
+//   splits `dp` into a gather group and a reduce group (so parameter all-gathers never queue
+//   behind gradient buckets), lays out every unit (ShardLayout, padded so no size has to divide
+//   the world size), initializes the parameters from `init` (every rank computes the same full
+//   values and keeps what it owns) and allocates what the stage keeps resident. `device`, `dp`
+//   and the tracker behind `device` must outlive the engine.
+// - [Note: what each stage keeps] (compute dtype c = bf16/fp16/f32, P = a unit's padded size,
+//   S = P / N its shard; the master weights and Adam moments are fp32 and count as optimizer
+//   states):
+//     stage 0  params P (c), grads P (c), master + m + v over P       gradients all-reduced
+//     stage 1  params P (c), grads P (c), master + m + v over S       all-reduced; params
+//                                                                      all-gathered after step
+//     stage 2  params P (c), grads S (c), master + m + v over S       reduce-scattered; same
+//     stage 3  params S (c), grads S (c), master + m + v over S       reduce-scattered; params
+//                                                                      gathered per use
+//   Transient, accounted apart: the gradient staging of units in backward (fp32, kCommBuffers),
+//   the reducer's bucket buffers (kCommBuffers), stage 3's gathered units
+//   (kGatheredParameters) and, with bf16/fp16 compute, the widened fp32 view of units in use
+//   (kActivations).
+// - One training step: gradient_accumulation_steps micro-batches, each a forward and a backward
+//   through the hooks (unit_access.h), then Step(). Each unit's gradient is reduced at its last
+//   EndBackward of the micro-batch, overlapping the rest of backward; [Note: accumulation] every
+//   stage reduces every micro-batch and accumulates reduced gradients in the compute dtype, so
+//   stages 2/3 need no full-size gradient buffer and all stages add in the same order.
+// - Step() finishes the reductions, unscales (fp16), checks overflow (fp16: all ranks agree and
+//   skip together), computes the global gradient norm over all shards ([Note: one norm] each rank
+//   sums squares over its shard in double whatever the stage; the partial sums are all-gathered
+//   and added in rank order, so every stage and rank gets the same bits), clips to
+//   gradient_clipping, steps AdamW on the rank's optimizer range, and (stages 1/2) all-gathers
+//   the updated parameters. With fp32 compute, stages 0-3 are bit-identical.
+// - Errors: collectives and allocations return Status naming the unit and the operation; a
+//   failed collective breaks the engine's communicators (later calls fail at once). Misuse of
+//   the hooks (out-of-order brackets) is a ZS_CHECK.
+// - Threads: one thread per rank calls everything; communication progresses on the
+//   communicators' threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "runtime/base/status.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/device/device.h"
+#include "runtime/engine/engine_config.h"
+#include "runtime/model/model_spec.h"
+#include "runtime/model/unit_access.h"
+#include "runtime/sharding/shard_layout.h"
+
+namespace zs {
+
+struct StepResult {
+  int64_t step = 0;          // optimizer steps taken so far (skipped ones excluded)
+  bool skipped = false;      // fp16 overflow: no update this step
+  double grad_norm = 0.0;    // global L2 norm of the unscaled gradient, before clipping
+  double clip_coef = 1.0;    // the factor the gradient was multiplied by (1 = not clipped)
+  float loss_scale = 1.0f;   // the scale used for this step's backward
+  double lr = 0.0;           // learning rate used
+};
+
+struct GatherReport {  // stage 3 counters (zero for other stages)
+  int64_t gathers = 0;
+  int64_t prefetch_hits = 0;
+  int64_t demand_gathers = 0;
+  int64_t reuse_hits = 0;
+  int64_t trace_invalidations = 0;
+  int64_t peak_live_elements = 0;
+};
+
+class ZeroEngine final : public UnitAccess {
+ public:
+  static StatusOr<std::unique_ptr<ZeroEngine>> Create(const EngineConfig& config, ModelSpec model,
+                                                      const ParamInit& init, Device& device,
+                                                      Communicator& dp);
+  ~ZeroEngine() override;
+
+  // UnitAccess.
+  const ModelSpec& model() const override;
+  Status BeginForward(int unit) override;
+  Status EndForward(int unit) override;
+  Status BeginBackward(int unit) override;
+  Status EndBackward(int unit) override;
+  std::span<const float> Param(int unit, int param) override;
+  std::span<float> Grad(int unit, int param) override;
+  float backward_scale() const override;
+
+  // Collective. Ends the accumulation window: requires gradient_accumulation_steps complete
+  // micro-batches since the last Step (FailedPrecondition naming the count otherwise).
+  StatusOr<StepResult> Step();
+
+  // Collective helpers for training loops and tests.
+  StatusOr<double> AllReduceMean(double local);  // the mean of one value over the dp group
+  // The full fp32 master values of one parameter (collective: gathers the unit's shards).
+  StatusOr<std::vector<float>> GatherMasterParam(int unit, int param);
+  // FNV-1a 64 over the fp32 master bits of every parameter, units and parameters in order:
+  // equal digests mean bit-identical parameters, whatever the stage or world size.
+  StatusOr<uint64_t> MasterDigest();
+
+  const EngineConfig& config() const;
+  int stage() const;
+  int world_size() const;
+  int rank() const;
+  DType compute_dtype() const;
+  const ShardLayout& layout(int unit) const;
+  GatherReport gather_report() const;
+  int64_t micro_batches_pending() const;  // completed since the last Step
+
+ private:
+  class Impl;
+  explicit ZeroEngine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace zs

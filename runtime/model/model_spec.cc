@@ -1,0 +1,41 @@
+#include "runtime/model/model_spec.h"
+
+#include <fmt/format.h>
+
+namespace zs {
+
+int64_t ParamSpec::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+int64_t UnitSpec::numel() const {
+  int64_t n = 0;
+  for (const ParamSpec& p : params) n += p.numel();
+  return n;
+}
+
+int64_t ModelSpec::numel() const {
+  int64_t n = 0;
+  for (const UnitSpec& u : units) n += u.numel();
+  return n;
+}
+
+Status ModelSpec::Validate() const {
+  if (units.empty()) return InvalidArgumentError("model has no units");
+  for (size_t u = 0; u < units.size(); ++u) {
+    if (units[u].name.empty()) return InvalidArgumentError(fmt::format("unit {} has no name", u));
+    for (size_t p = 0; p < units[u].params.size(); ++p) {
+      for (int64_t d : units[u].params[p].shape) {
+        if (d < 0) {
+          return InvalidArgumentError(fmt::format("unit '{}' parameter '{}' has dimension {} < 0",
+                                                  units[u].name, units[u].params[p].name, d));
+        }
+      }
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace zs

@@ -1,0 +1,50 @@
+// ModelSpec: what a model tells the engine about its parameters, and nothing else.
+//
+// Contract
+// - A model is a list of gather units; a unit is a list of parameters that are gathered,
+//   released and reduced together (by default one module: one transformer block, the
+//   embeddings). Units and parameters are named by their index in these lists; the names are
+//   for errors, logs and reports.
+// - A parameter's spec carries its metadata: its shape (row-major; numel is the product, a
+//   scalar has shape {}) and whether weight decay applies to it (STYLE rule 11: never inferred
+//   from its position or name).
+// - ParamInit fills one parameter's full fp32 values. It must depend only on (unit, param) and
+//   the model's own seed, never on the rank or the world size: every rank calls it and keeps
+//   the part it owns, so sharded and unsharded runs start from the same bits.
+// - Plain values; no threads, no ownership of memory.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/base/status.h"
+
+namespace zs {
+
+struct ParamSpec {
+  std::string name;            // "attn.qkv.weight"
+  std::vector<int64_t> shape;  // {3 * hidden, hidden}
+  bool weight_decay = true;    // biases and norm gains usually set this false
+  int64_t numel() const;
+};
+
+struct UnitSpec {
+  std::string name;  // "block.3"
+  std::vector<ParamSpec> params;
+  int64_t numel() const;  // sum of the parameters' numel
+};
+
+struct ModelSpec {
+  std::vector<UnitSpec> units;
+  int64_t numel() const;  // every parameter of every unit, once
+  // InvalidArgument naming the unit and parameter for a negative dimension, an empty unit
+  // name, or a model without units.
+  Status Validate() const;
+};
+
+using ParamInit = std::function<void(int unit, int param, std::span<float> values)>;
+
+}  // namespace zs

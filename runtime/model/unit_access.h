@@ -1,0 +1,56 @@
+// UnitAccess: the hook surface between model code and whatever holds its parameters.
+//
+// Contract
+// - Model code (runtime/nn, or a hand-written model: examples/wrap_custom_model.cc) never owns
+//   its parameters. For every gather unit it brackets each use with Begin/End calls and reads
+//   parameters and writes gradients only inside the bracket:
+//
+//       forward, each unit u in use order        backward, the reverse
+//         BeginForward(u)                          BeginBackward(u)
+//         ... Param(u, p) ...                      ... Param(u, p), Grad(u, p) += ...
+//         EndForward(u)                            EndBackward(u)
+//
+//   Brackets of different units may nest (a tied weight: GPT's output projection reads the
+//   embedding unit inside the head unit's bracket), and a unit may be bracketed several times
+//   in one pass. A backward pass must bracket each unit as many times as its forward did; the
+//   unit's gradient is complete at its last EndBackward, which is where the ZeroEngine starts
+//   reducing it (the rest of backward overlaps that communication).
+// - Param(u, p) is the parameter's full value as fp32, row-major, numel() elements. With bf16
+//   or fp16 compute these values are the low-precision parameters widened exactly (compute in
+//   that precision with fp32 accumulation, as tensor cores do). Valid until the matching End.
+// - Grad(u, p) is an fp32 buffer of numel() elements to accumulate (+=) d(loss)/d(param) into,
+//   zeroed before the unit's first BeginBackward of each micro-batch. Valid until the matching
+//   EndBackward.
+// - backward_scale() is the value to seed backward with (d loss / d loss): the loss scale
+//   divided by the number of micro-batches in the global batch, so that the reduced gradients
+//   are those of the global mean loss.
+// - Errors: every call returns a Status (a gather or a reduction can fail, e.g. a dead peer);
+//   calling out of bracket order is a programming error caught by ZS_CHECK.
+// - Threads: one thread per rank calls the model and these hooks.
+#pragma once
+
+#include <span>
+
+#include "runtime/base/status.h"
+#include "runtime/model/model_spec.h"
+
+namespace zs {
+
+class UnitAccess {
+ public:
+  virtual ~UnitAccess() = default;
+
+  virtual const ModelSpec& model() const = 0;
+
+  virtual Status BeginForward(int unit) = 0;
+  virtual Status EndForward(int unit) = 0;
+  virtual Status BeginBackward(int unit) = 0;
+  virtual Status EndBackward(int unit) = 0;
+
+  virtual std::span<const float> Param(int unit, int param) = 0;
+  virtual std::span<float> Grad(int unit, int param) = 0;
+
+  virtual float backward_scale() const = 0;
+};
+
+}  // namespace zs

@@ -1,0 +1,68 @@
+#include "runtime/nn/layer_norm.h"
+
+#include <cmath>
+#include <string>
+
+namespace zs::nn {
+
+LayerNorm::LayerNorm(int unit, int first_param, int64_t dim)
+    : unit_(unit), first_param_(first_param), dim_(dim) {}
+
+std::vector<ModuleParam> LayerNorm::params(std::string_view prefix) const {
+  return {{ParamSpec{std::string(prefix) + "weight", {dim_}, false}, InitKind::kOnes},
+          {ParamSpec{std::string(prefix) + "bias", {dim_}, false}, InitKind::kZeros}};
+}
+
+void LayerNorm::Forward(UnitAccess& access, const float* x, int64_t rows, float* y, float* mean,
+                        float* rstd) const {
+  const float* g = access.Param(unit_, first_param_).data();
+  const float* b = access.Param(unit_, first_param_ + 1).data();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim_;
+    float sum = 0.0f;
+    for (int64_t j = 0; j < dim_; ++j) sum += xr[j];
+    const float m = sum / static_cast<float>(dim_);
+    float var = 0.0f;
+    for (int64_t j = 0; j < dim_; ++j) var += (xr[j] - m) * (xr[j] - m);
+    var /= static_cast<float>(dim_);
+    const float s = 1.0f / std::sqrt(var + kEps);
+    float* yr = y + r * dim_;
+    for (int64_t j = 0; j < dim_; ++j) yr[j] = (xr[j] - m) * s * g[j] + b[j];
+    mean[r] = m;
+    rstd[r] = s;
+  }
+}
+
+void LayerNorm::Backward(UnitAccess& access, const float* x, const float* mean, const float* rstd,
+                         const float* dy, int64_t rows, float* dx) const {
+  const float* g = access.Param(unit_, first_param_).data();
+  float* dg = access.Grad(unit_, first_param_).data();
+  float* db = access.Grad(unit_, first_param_ + 1).data();
+  const float inv_dim = 1.0f / static_cast<float>(dim_);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim_;
+    const float* dyr = dy + r * dim_;
+    const float m = mean[r];
+    const float s = rstd[r];
+    // dxhat = dy * g; dx = s * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)).
+    float sum_dxhat = 0.0f;
+    float sum_dxhat_xhat = 0.0f;
+    for (int64_t j = 0; j < dim_; ++j) {
+      const float xhat = (xr[j] - m) * s;
+      const float dxhat = dyr[j] * g[j];
+      sum_dxhat += dxhat;
+      sum_dxhat_xhat += dxhat * xhat;
+      dg[j] += dyr[j] * xhat;
+      db[j] += dyr[j];
+    }
+    const float mean_dxhat = sum_dxhat * inv_dim;
+    const float mean_dxhat_xhat = sum_dxhat_xhat * inv_dim;
+    float* dxr = dx + r * dim_;
+    for (int64_t j = 0; j < dim_; ++j) {
+      const float xhat = (xr[j] - m) * s;
+      dxr[j] = s * (dyr[j] * g[j] - mean_dxhat - xhat * mean_dxhat_xhat);
+    }
+  }
+}
+
+}  // namespace zs::nn

@@ -1,0 +1,43 @@
+// LayerNorm over the last dimension: y = (x - mean) * rstd * gain + bias, eps 1e-5.
+//
+// Contract
+// - Owns no parameters and no activations: gain and bias are params first_param and
+//   first_param + 1 of unit `unit` (read inside the caller's bracket). x, y [rows, dim] and the
+//   per-row statistics mean, rstd [rows] are the caller's; Forward writes y, mean and rstd and
+//   Backward reads them back with the same x, writes dx (overwrites) and accumulates (+=) the
+//   gain and bias gradients.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "runtime/model/unit_access.h"
+#include "runtime/nn/param_init.h"
+
+namespace zs::nn {
+
+class LayerNorm {
+ public:
+  static constexpr float kEps = 1e-5f;
+
+  LayerNorm(int unit, int first_param, int64_t dim);
+
+  int num_params() const { return 2; }
+  // "<prefix>weight" (gain, ones) and "<prefix>bias" (zeros) [dim], both without weight decay.
+  std::vector<ModuleParam> params(std::string_view prefix) const;
+
+  int64_t dim() const { return dim_; }
+
+  void Forward(UnitAccess& access, const float* x, int64_t rows, float* y, float* mean,
+               float* rstd) const;
+  void Backward(UnitAccess& access, const float* x, const float* mean, const float* rstd,
+                const float* dy, int64_t rows, float* dx) const;
+
+ private:
+  int unit_;
+  int first_param_;
+  int64_t dim_;
+};
+
+}  // namespace zs::nn

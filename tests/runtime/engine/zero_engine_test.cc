@@ -1,0 +1,368 @@
+// ZeroEngine end to end on a hand-written model (examples/custom_model/tanh_mlp.h), ranks as
+// threads: stages 0-3 bit-identical, world sizes agree, fp16 loss scaling, memory formulas,
+// stage 3's live-parameter cap, and misuse errors.
+#include "runtime/engine/zero_engine.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <mutex>
+
+#include "examples/custom_model/tanh_mlp.h"
+#include "runtime/comm/local_ranks.h"
+#include "runtime/device/device_factory.h"
+#include "runtime/model/dense_unit_access.h"
+
+namespace zs {
+namespace {
+
+using examples::TanhMlp;
+
+uint64_t Mix(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+float Uniform(uint64_t a, uint64_t b, uint64_t c) {
+  return 2.0f * float(Mix(a ^ Mix(b ^ Mix(c))) >> 40) / float(1 << 24) - 1.0f;
+}
+
+struct RunSpec {
+  std::vector<int> widths = {13, 29, 17, 5};
+  int world = 1;
+  int micro_batch = 4;
+  EngineConfig config;
+  int steps = 4;
+};
+
+struct RunResult {
+  uint64_t digest = 0;
+  std::vector<double> losses;           // global mean loss per step
+  std::vector<StepResult> steps;        // rank 0's
+  std::vector<std::vector<float>> params;  // every parameter, rank 0's gather
+  std::vector<MemorySnapshot> memory;
+  GatherReport gather;
+};
+
+// Sample g of step s: x uniform in [-1, 1), y = a fixed smooth function of x plus noise. The
+// global index g = (micro * world + rank) * B + b, so every split of a global batch sees the
+// same samples.
+void FillBatch(const TanhMlp& model, int step, int micro, int rank, int world, int batch,
+               std::vector<float>& x, std::vector<float>& y) {
+  x.assign(size_t(batch) * model.in_width(), 0.f);
+  y.assign(size_t(batch) * model.out_width(), 0.f);
+  for (int b = 0; b < batch; ++b) {
+    const uint64_t g = uint64_t((micro * world + rank) * batch + b);
+    float sum = 0.f;
+    for (int i = 0; i < model.in_width(); ++i) {
+      x[size_t(b) * model.in_width() + i] = Uniform(step, g, i);
+      sum += x[size_t(b) * model.in_width() + i] * float(i % 3 - 1);
+    }
+    for (int o = 0; o < model.out_width(); ++o) {
+      y[size_t(b) * model.out_width() + o] =
+          std::tanh(0.3f * sum + 0.2f * float(o)) + 0.05f * Uniform(step, g, 1000 + o);
+    }
+  }
+}
+
+StatusOr<RunResult> Train(const RunSpec& spec) {
+  RunResult result;
+  std::mutex mu;
+  CommOptions options;
+  options.timeout = std::chrono::milliseconds(30'000);
+  Status status = RunLocalRanks(
+      spec.world, options,
+      [&](int rank, Communicator& comm, MemoryTracker& tracker) -> Status {
+        TanhMlp model(spec.widths);
+        ZS_ASSIGN_OR_RETURN(auto device, CreateDevice("cpu", tracker));
+        ZS_ASSIGN_OR_RETURN(auto engine, ZeroEngine::Create(spec.config, model.Spec(),
+                                                            model.Init(7), *device, comm));
+        std::vector<float> x, y;
+        for (int step = 0; step < spec.steps; ++step) {
+          double loss = 0;
+          for (int m = 0; m < spec.config.gradient_accumulation_steps; ++m) {
+            FillBatch(model, step, m, rank, spec.world, spec.micro_batch, x, y);
+            ZS_ASSIGN_OR_RETURN(double l, model.ForwardBackward(*engine, x, y, spec.micro_batch));
+            loss += l / spec.config.gradient_accumulation_steps;
+          }
+          ZS_ASSIGN_OR_RETURN(StepResult r, engine->Step());
+          ZS_ASSIGN_OR_RETURN(double mean, engine->AllReduceMean(loss));
+          if (rank == 0) {
+            result.losses.push_back(mean);
+            result.steps.push_back(r);
+          }
+        }
+        ZS_ASSIGN_OR_RETURN(uint64_t digest, engine->MasterDigest());
+        std::vector<std::vector<float>> params;
+        for (int u = 0; u < int(engine->model().units.size()); ++u) {
+          for (int p = 0; p < int(engine->model().units[u].params.size()); ++p) {
+            ZS_ASSIGN_OR_RETURN(auto values, engine->GatherMasterParam(u, p));
+            params.push_back(std::move(values));
+          }
+        }
+        std::lock_guard<std::mutex> lock(mu);
+        if (rank == 0) {
+          result.digest = digest;
+          result.params = std::move(params);
+          result.gather = engine->gather_report();
+        } else if (digest != result.digest && result.digest != 0) {
+          return InternalError("ranks disagree on the digest");
+        }
+        return OkStatus();
+      },
+      &result.memory);
+  if (!status.ok()) return status;
+  return result;
+}
+
+EngineConfig BaseConfig(int stage) {
+  EngineConfig c;
+  c.zero_optimization.stage = stage;
+  c.optimizer.lr = 1e-2;
+  c.optimizer.weight_decay = 0.1;
+  return c;
+}
+
+TEST(ZeroEngine, StagesAreBitIdenticalInFp32) {
+  for (int ga : {1, 2}) {
+    for (double clip : {0.0, 0.05}) {
+      std::vector<uint64_t> digests;
+      for (int stage = 0; stage <= 3; ++stage) {
+        RunSpec spec;
+        spec.world = 3;  // no unit size is a multiple of 3 * 16
+        spec.config = BaseConfig(stage);
+        spec.config.gradient_accumulation_steps = ga;
+        spec.config.gradient_clipping = clip;
+        spec.config.zero_optimization.reduce_bucket_size = 100;  // many buckets per unit
+        spec.config.zero_optimization.overlap_comm = stage % 2 == 1;
+        spec.config.zero_optimization.stage3_max_live_parameters = 600;
+        spec.config.zero_optimization.stage3_prefetch_bucket_size = 500;
+        spec.config.zero_optimization.stage3_param_persistence_threshold = 100;  // last unit
+        auto r = Train(spec);
+        ASSERT_TRUE(r.ok()) << r.status().ToString();
+        if (clip > 0) EXPECT_LT(r->steps[0].clip_coef, 1.0) << "clipping must engage";
+        digests.push_back(r->digest);
+      }
+      for (int stage = 1; stage <= 3; ++stage) {
+        EXPECT_EQ(digests[stage], digests[0]) << "stage " << stage << " ga " << ga << " clip "
+                                              << clip;
+      }
+    }
+  }
+}
+
+TEST(TanhMlp, GradientMatchesFiniteDifferences) {
+  TanhMlp model({6, 9, 4});
+  DenseUnitAccess dense(model.Spec(), model.Init(3));
+  std::vector<float> x, y;
+  FillBatch(model, 0, 0, 0, 1, 3, x, y);
+  dense.ZeroGrads();
+  ASSERT_TRUE(model.ForwardBackward(dense, x, y, 3).ok());
+  for (int u = 0; u < 2; ++u) {
+    for (int p = 0; p < 2; ++p) {
+      std::span<float> w = dense.ParamData(u, p);
+      for (size_t i = 0; i < w.size(); i += 5) {
+        const float saved = w[i];
+        const float h = 1e-2f;
+        w[i] = saved + h;
+        const double up = *model.ForwardBackward(dense, x, y, 3);
+        w[i] = saved - h;
+        const double down = *model.ForwardBackward(dense, x, y, 3);
+        w[i] = saved;
+        dense.ZeroGrads();
+        ASSERT_TRUE(model.ForwardBackward(dense, x, y, 3).ok());
+        const double fd = (up - down) / (2 * h);
+        EXPECT_NEAR(dense.GradData(u, p)[i], fd, 2e-3 + 2e-2 * std::abs(fd))
+            << "unit " << u << " param " << p << " element " << i;
+      }
+    }
+  }
+}
+
+TEST(ZeroEngine, LossFalls) {
+  RunSpec spec;
+  spec.world = 2;
+  spec.steps = 40;
+  spec.micro_batch = 8;
+  spec.config = BaseConfig(3);
+  auto r = Train(spec);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  double first = 0, last = 0;
+  for (int k = 0; k < 5; ++k) first += r->losses[k], last += r->losses[spec.steps - 1 - k];
+  EXPECT_LT(last, 0.7 * first);
+}
+
+TEST(ZeroEngine, WorldSizesAgreeForTheSameGlobalBatch) {
+  RunSpec one;
+  one.world = 1;
+  one.micro_batch = 12;
+  one.config = BaseConfig(0);
+  auto reference = Train(one);
+  ASSERT_TRUE(reference.ok()) << reference.status().ToString();
+  struct Split { int world, batch, ga, stage; };
+  for (Split s : {Split{4, 3, 1, 3}, Split{2, 3, 2, 2}, Split{3, 2, 2, 1}}) {
+    RunSpec spec;
+    spec.world = s.world;
+    spec.micro_batch = s.batch;
+    spec.config = BaseConfig(s.stage);
+    spec.config.gradient_accumulation_steps = s.ga;
+    auto r = Train(spec);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_EQ(r->params.size(), reference->params.size());
+    for (size_t p = 0; p < r->params.size(); ++p) {
+      for (size_t i = 0; i < r->params[p].size(); ++i) {
+        ASSERT_NEAR(r->params[p][i], reference->params[p][i], 2e-5)
+            << "world " << s.world << " param " << p << " element " << i;
+      }
+    }
+    for (size_t k = 0; k < r->losses.size(); ++k) {
+      EXPECT_NEAR(r->losses[k], reference->losses[k], 1e-5 * (1 + reference->losses[k]));
+    }
+  }
+}
+
+TEST(ZeroEngine, LowPrecisionTracksFp32) {
+  RunSpec spec;
+  spec.world = 2;
+  spec.steps = 8;
+  spec.config = BaseConfig(3);
+  auto fp32 = Train(spec);
+  ASSERT_TRUE(fp32.ok()) << fp32.status().ToString();
+  for (bool bf16 : {true, false}) {
+    RunSpec low = spec;
+    low.config.bf16.enabled = bf16;
+    low.config.fp16.enabled = !bf16;
+    auto r = Train(low);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    for (size_t k = 0; k < r->losses.size(); ++k) {
+      EXPECT_NEAR(r->losses[k], fp32->losses[k], 0.03 * fp32->losses[k])
+          << (bf16 ? "bf16" : "fp16") << " step " << k;
+    }
+  }
+}
+
+TEST(ZeroEngine, Fp16OverflowSkipsOnEveryRankAndLowersTheScale) {
+  std::vector<uint64_t> digests;
+  for (int stage : {0, 3}) {
+    RunSpec spec;
+    spec.world = 2;
+    spec.steps = 12;
+    spec.config = BaseConfig(stage);
+    spec.config.fp16.enabled = true;
+    spec.config.fp16.initial_scale_power = 24;  // gradients * 2^24 overflow fp16 at first
+    spec.config.fp16.hysteresis = 1;
+    auto r = Train(spec);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_TRUE(r->steps[0].skipped);
+    EXPECT_EQ(r->steps[0].loss_scale, float(1 << 24));
+    EXPECT_EQ(r->steps[1].loss_scale, float(1 << 23));
+    EXPECT_FALSE(r->steps.back().skipped) << "the scale must come down until steps succeed";
+    EXPECT_GT(r->steps.back().step, 0);
+    EXPECT_LT(r->steps.back().step, 12);
+    for (size_t k = 1; k < r->steps.size(); ++k) {
+      if (r->steps[k - 1].skipped) EXPECT_EQ(r->steps[k].loss_scale, r->steps[k - 1].loss_scale / 2);
+    }
+    digests.push_back(r->digest);
+  }
+  EXPECT_EQ(digests[0], digests[1]);
+}
+
+TEST(ZeroEngine, MemoryMatchesTheZeroFormulas) {
+  // Mixed-precision Adam, psi parameters, N ranks: (2+2+12)psi, 4psi+12psi/N, 2psi+14psi/N,
+  // 16psi/N bytes of parameters + gradients + optimizer states per rank.
+  const int world = 4;
+  const std::vector<int> widths = {300, 301, 299, 300, 302};
+  const double psi = double(TanhMlp(widths).Spec().numel());
+  const double expected[4] = {16 * psi, 4 * psi + 12 * psi / world, 2 * psi + 14 * psi / world,
+                              16 * psi / world};
+  for (int stage = 0; stage <= 3; ++stage) {
+    RunSpec spec;
+    spec.widths = widths;
+    spec.world = world;
+    spec.steps = 1;
+    spec.micro_batch = 2;
+    spec.config = BaseConfig(stage);
+    spec.config.bf16.enabled = true;
+    spec.config.zero_optimization.stage3_param_persistence_threshold = 0;
+    auto r = Train(spec);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    for (int rank = 0; rank < world; ++rank) {
+      const MemorySnapshot& m = r->memory[rank];
+      const double measured = double(m.Peak(MemoryTier::kDevice, MemoryCategory::kParameters) +
+                                     m.Peak(MemoryTier::kDevice, MemoryCategory::kGradients) +
+                                     m.Peak(MemoryTier::kDevice,
+                                            MemoryCategory::kOptimizerStates));
+      EXPECT_NEAR(measured / expected[stage], 1.0, 0.05)
+          << "stage " << stage << " rank " << rank << ": measured " << measured
+          << " expected " << expected[stage];
+    }
+  }
+}
+
+TEST(ZeroEngine, Stage3HoldsAtMostMaxLiveParametersPlusOneUnit) {
+  RunSpec spec;
+  spec.widths = {40, 41, 39, 40, 42, 40, 41};  // 6 units of ~1.6k elements
+  spec.world = 2;
+  spec.steps = 3;
+  spec.config = BaseConfig(3);
+  spec.config.zero_optimization.stage3_max_live_parameters = 3500;
+  spec.config.zero_optimization.stage3_prefetch_bucket_size = 2000;
+  spec.config.zero_optimization.stage3_param_persistence_threshold = 0;
+  auto r = Train(spec);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  int64_t largest = 0;
+  for (const UnitSpec& u : TanhMlp(spec.widths).Spec().units) largest = std::max(largest, u.numel());
+  // Gathered buffers hold padded units: allow the padding of one shard per rank per unit.
+  const int64_t bound = (3500 + largest + 2 * 16 * 2) * int64_t(sizeof(float));
+  for (const MemorySnapshot& m : r->memory) {
+    const int64_t peak = m.Peak(MemoryTier::kDevice, MemoryCategory::kGatheredParameters);
+    EXPECT_GT(peak, 0);
+    EXPECT_LE(peak, bound);
+    EXPECT_EQ(m.Current(MemoryTier::kDevice, MemoryCategory::kGatheredParameters), 0);
+  }
+  EXPECT_GT(r->gather.prefetch_hits, 0) << "steps after the first replay the trace";
+  EXPECT_LE(r->gather.peak_live_elements, 3500 + largest + 2 * 16 * 2);
+}
+
+TEST(ZeroEngine, StepRequiresEveryMicroBatch) {
+  CommOptions options;
+  Status status = RunLocalRanks(1, options, [](int, Communicator& comm, MemoryTracker& tracker) {
+    TanhMlp model({5, 7, 3});
+    auto device = CreateDevice("cpu", tracker);
+    EngineConfig config = BaseConfig(2);
+    config.gradient_accumulation_steps = 2;
+    auto engine = ZeroEngine::Create(config, model.Spec(), model.Init(1), **device, comm);
+    EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+    std::vector<float> x(5 * 2, 0.5f), y(3 * 2, 0.25f);
+    EXPECT_TRUE(model.ForwardBackward(**engine, x, y, 2).ok());
+    auto step = (*engine)->Step();
+    EXPECT_FALSE(step.ok());
+    EXPECT_NE(step.status().message().find("gradient_accumulation_steps is 2"), std::string::npos)
+        << step.status().ToString();
+    return OkStatus();
+  });
+  EXPECT_TRUE(status.ok()) << status.ToString();
+}
+
+TEST(ZeroEngine, RejectsWhatItCannotRun) {
+  CommOptions options;
+  Status status = RunLocalRanks(2, options, [](int, Communicator& comm, MemoryTracker& tracker) {
+    TanhMlp model({5, 7, 3});
+    auto device = CreateDevice("cpu", tracker);
+    EngineConfig config = BaseConfig(2);
+    config.zero_optimization.reduce_scatter = false;
+    auto engine = ZeroEngine::Create(config, model.Spec(), model.Init(1), **device, comm);
+    EXPECT_FALSE(engine.ok());
+    EXPECT_NE(engine.status().message().find("reduce_scatter"), std::string::npos);
+    config = BaseConfig(1);
+    config.train_batch_size = 7;
+    engine = ZeroEngine::Create(config, model.Spec(), model.Init(1), **device, comm);
+    EXPECT_FALSE(engine.ok());
+    return OkStatus();
+  });
+  EXPECT_TRUE(status.ok()) << status.ToString();
+}
+
+}  // namespace
+}  // namespace zs
