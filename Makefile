@@ -1,5 +1,6 @@
 # The two commands of the README:
-#   make demo   installs what is missing, builds, and runs the 4-rank demo
+#   make demo   installs what is missing, builds, and trains a character-level GPT with ZeRO-3
+#               on 4 ranks (threads, then processes over libfabric under zerorun)
 #   make test   installs what is missing, builds, and runs the whole suite: a release build,
 #               the same suite under AddressSanitizer+UBSan, and the comm tests under TSan
 # Other targets: build, bench, install (PREFIX=...), clean.
@@ -10,7 +11,7 @@ CMAKE_ARGS ?=
 # Sanitizer builds skip CUDA (its runtime and the sanitizers do not mix) and the benchmarks.
 SAN_ARGS    = -DZS_WITH_CUDA=OFF -DZS_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug
 
-.PHONY: setup build demo test test-release test-asan test-tsan bench install clean
+.PHONY: setup build demo test test-release test-asan test-tsan bench bench-plot install clean
 
 setup:
 	@scripts/setup.sh
@@ -21,11 +22,12 @@ $(BUILD)/CMakeCache.txt: | setup
 build: setup $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
+DEMO_CONFIG = examples/train_gpt/configs/zero3.json
 demo: build
-	@echo "== 4 ranks as threads (local backend) =="
-	$(BUILD)/bin/zs_demo --world 4
-	@echo "== 4 ranks as processes over libfabric shm, started by zerorun =="
-	$(BUILD)/bin/zerorun -n 4 --backend fabric $(BUILD)/bin/zs_demo
+	@echo "== train_gpt: ZeRO-3, 4 ranks as threads (local backend) =="
+	$(BUILD)/bin/train_gpt --config $(DEMO_CONFIG) --world 4 --steps 150 --report $(BUILD)/train_gpt_report.json
+	@echo "== train_gpt: ZeRO-3, 4 ranks as processes over libfabric, started by zerorun =="
+	$(BUILD)/bin/zerorun -n 4 --backend fabric -- $(BUILD)/bin/train_gpt --config $(DEMO_CONFIG) --steps 20 --print-every 5
 
 test: test-release test-asan test-tsan
 	@echo "zerostack: all test suites passed (release, asan+ubsan, tsan)"
@@ -45,6 +47,12 @@ test-tsan: setup
 
 bench: build
 	$(BUILD)/bin/bench_comm
+	$(BUILD)/bin/bench_zero --benchmark_counters_tabular=true --benchmark_format=json --benchmark_out=$(BUILD)/bench_zero.json
+
+# docs/zero_memory.png from the last `make bench` (matplotlib is installed for the user if missing).
+bench-plot:
+	python3 -c "import matplotlib" 2>/dev/null || python3 -m pip install --user --break-system-packages matplotlib
+	python3 scripts/plot_zero_memory.py $(BUILD)/bench_zero.json docs/zero_memory.png
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
