@@ -1,0 +1,113 @@
+// OptimizerSpec and ShardStep: what one optimizer step over one shard needs, as plain values.
+// Shared by the CPU kernels (optimizers/cpu_optimizer.h), the CUDA launchers
+// (kernels/cuda/fused_optimizer.h takes the same numbers as raw arguments), the float64
+// references (optimizers/reference_optimizers.h) and the engine.
+//
+// Contract
+// - [Note: state layout] A shard of n elements (the rank's optimizer range; padding included)
+//   has an fp32 master copy (n floats) and up to two state tensors, each n elements of the
+//   state dtype, in the shard's element order:
+//     AdamW / Adam   state0 = exp_avg (m), state1 = exp_avg_sq (v)
+//     SGD            state0 = momentum buffer (absent when momentum == 0), state1 absent
+//     Adagrad        state0 = sum of squared gradients, state1 absent
+//     Lion           state0 = exp_avg (m), state1 absent
+//   StateDType::kBF16 stores each state as bf16, rounded stochastically (below).
+//   StateDType::kInt8 stores each state as int8 codes in blocks of kQuantBlock elements with one
+//   fp32 scale per block (scales[n / kQuantBlock rounded up]), block b covering shard elements
+//   [b * kQuantBlock, (b + 1) * kQuantBlock): value = code * scale (signed, symmetric: scale =
+//   max |x| / 127 of the block); second moments (always >= 0) use the same symmetric code.
+//   Checkpoints and offload move these arrays as they are; NumStates/StateBytes say how many
+//   bytes each holds.
+// - [Note: bit-identical splits] Every element's update depends only on that element's inputs,
+//   the hyper-parameters, the step and (for stochastic rounding) a counter-based random value
+//   keyed by (seed, step, state index, shard element index). Int8 blocks are requantized as a
+//   whole, so tiles handed to threads start at multiples of kQuantBlock. Hence results are
+//   bit-identical whatever the thread count or tile split.
+// - Weight decay comes from the parameters' specs as segments: ShardStep::segments cover
+//   [0, n) in order, each with its own weight-decay factor (0 where the spec says no decay and
+//   in padding). The kernels never infer it.
+// - Gradients are read in their stored dtype (f32/bf16/f16) and multiplied by grad_scale (loss
+//   unscaling and clipping folded in). The updated weights are optionally written, rounded to
+//   nearest even, to param_out in param_dtype in the same pass.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "runtime/base/dtype.h"
+
+namespace zs {
+
+enum class OptimizerKind : uint8_t { kAdamW, kAdam, kSgd, kAdagrad, kLion };
+std::string_view OptimizerKindName(OptimizerKind kind);  // "AdamW", "Adam", "SGD", ...
+
+enum class StateDType : uint8_t { kF32, kBF16, kInt8 };
+std::string_view StateDTypeName(StateDType t);  // "fp32", "bf16", "int8"
+
+inline constexpr int64_t kQuantBlock = 256;  // elements per int8 block (one fp32 scale each)
+
+struct OptimizerHyper {
+  OptimizerKind kind = OptimizerKind::kAdamW;
+  float lr = 1e-3f;
+  float beta1 = 0.9f;   // Adam/Lion first moment; SGD momentum
+  float beta2 = 0.999f; // Adam second moment; Lion's second interpolation factor
+  float eps = 1e-8f;    // Adam, Adagrad
+  bool nesterov = false;  // SGD
+  float initial_accumulator = 0.0f;  // Adagrad: the accumulator's initial value
+  int64_t step = 1;     // optimizer steps counted from 1 (bias correction, random streams)
+};
+
+// Update rules (g = grad * grad_scale, w = master, wd = the segment's weight decay):
+//   AdamW   w *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+//           w -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps),  bc_i = 1 - b_i^step
+//   Adam    as AdamW with g += wd * w first and no decoupled decay
+//   SGD     g += wd * w; momentum 0: w -= lr g; else buf = b1 buf + g (buf = g at step 1);
+//           w -= lr * (nesterov ? g + b1 buf : buf)
+//   Adagrad g += wd * w; s += g^2; w -= lr * g / (sqrt(s) + eps)
+//   Lion    w *= 1 - lr*wd; w -= lr * sign(b1 m + (1-b1) g); m = b2 m + (1-b2) g
+inline constexpr int NumStates(OptimizerKind kind, float momentum) {
+  switch (kind) {
+    case OptimizerKind::kAdamW:
+    case OptimizerKind::kAdam: return 2;
+    case OptimizerKind::kSgd: return momentum != 0.0f ? 1 : 0;
+    case OptimizerKind::kAdagrad:
+    case OptimizerKind::kLion: return 1;
+  }
+  return 0;
+}
+
+// Bytes of one state tensor of n elements (int8: codes plus the block scales).
+inline constexpr int64_t StateBytes(StateDType t, int64_t n) {
+  switch (t) {
+    case StateDType::kF32: return 4 * n;
+    case StateDType::kBF16: return 2 * n;
+    case StateDType::kInt8: return n + 4 * ((n + kQuantBlock - 1) / kQuantBlock);
+  }
+  return 0;
+}
+
+struct WeightDecaySegment {
+  int64_t begin = 0;  // shard elements [begin, end)
+  int64_t end = 0;
+  float weight_decay = 0.0f;
+};
+
+// One optimizer step over shard elements [0, n).
+struct ShardStep {
+  int64_t n = 0;
+  float* master = nullptr;          // n fp32
+  void* state[2] = {nullptr, nullptr};      // n elements of state_dtype each (int8: codes)
+  float* state_scale[2] = {nullptr, nullptr};  // int8 only: ceil(n / kQuantBlock) scales each
+  StateDType state_dtype = StateDType::kF32;
+  const void* grad = nullptr;       // n elements of grad_dtype
+  DType grad_dtype = DType::kF32;
+  float grad_scale = 1.0f;
+  void* param_out = nullptr;        // optional: n elements of param_dtype
+  DType param_dtype = DType::kBF16;
+  std::span<const WeightDecaySegment> segments;  // cover [0, n) in order
+  uint64_t seed = 0;                // stochastic rounding stream (bf16 states)
+};
+
+}  // namespace zs
