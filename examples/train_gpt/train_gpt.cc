@@ -166,14 +166,23 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
                           {"grad_norm", result.grad_norm},
                           {"loss_scale", result.loss_scale},
                           {"skipped", result.skipped}});
-    if (lead && (step % args.print_every == 0 || step + 1 == args.steps)) {
-      fmt::print("step {:5d}  loss {:.4f}  lr {:.2e}  grad norm {:.3f}{}  {:.0f} tokens/s  "
-                 "rank 0 device memory {} (peak {})\n",
-                 step, mean_loss, result.lr, result.grad_norm,
-                 result.skipped ? "  (overflow: skipped)" : "", tokens_per_step / seconds,
-                 FormatBytes(tracker.TierCurrent(MemoryTier::kDevice)),
-                 FormatBytes(tracker.TierPeak(MemoryTier::kDevice)));
-      std::fflush(stdout);
+    if (step % args.print_every == 0 || step + 1 == args.steps) {
+      // Every rank takes part (the condition is the same everywhere); rank 0 prints.
+      ZS_ASSIGN_OR_RETURN(auto peaks, GatherPeaks(comm, tracker.Snapshot()));
+      if (lead) {
+        std::string memory;
+        for (int r = 0; r < world; ++r) {
+          const int64_t device_peak = peaks[r][size_t(kNumMemoryTiers * kNumMemoryCategories +
+                                                      int(MemoryTier::kDevice))];
+          memory += fmt::format("{}{}", r == 0 ? "" : " ", FormatBytes(device_peak));
+        }
+        fmt::print("step {:5d}  loss {:.4f}  lr {:.2e}  grad norm {:.3f}{}  {:.0f} tokens/s  "
+                   "peak device memory per rank: {}\n",
+                   step, mean_loss, result.lr, result.grad_norm,
+                   result.skipped ? "  (overflow: skipped)" : "", tokens_per_step / seconds,
+                   memory);
+        std::fflush(stdout);
+      }
     }
   }
   const double total_seconds =

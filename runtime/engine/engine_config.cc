@@ -347,7 +347,7 @@ const std::vector<KeyDecl>& Keys() {
                          "elements per gradient reduction bucket"));
     k->push_back(SizeKey("zero_optimization.allgather_bucket_size",
                          ZS_FIELD(zero_optimization.allgather_bucket_size), 1,
-                         "elements per all-gather of updated parameters (stages 1 and 2)"));
+                         "stages 1 and 2: elements of updated parameters all-gathered at once (a larger unit goes alone)"));
     k->push_back(BoolKey("zero_optimization.overlap_comm", ZS_FIELD(zero_optimization.overlap_comm),
                          "reduce gradient buckets while backward still runs"));
     k->push_back(BoolKey("zero_optimization.contiguous_gradients",

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <limits>
 
 #include <fmt/format.h>
@@ -84,6 +85,7 @@ class ZeroEngine::Impl {
   StatusOr<StepResult> Step();
   StatusOr<std::vector<double>> AllGatherDouble(double local);
   StatusOr<std::vector<float>> GatherMasterUnit(int unit);
+  Status AllGatherUpdatedParams();
   int64_t MicroBatchesPending() const;
 
   const EngineConfig config_;
@@ -415,30 +417,54 @@ StatusOr<StepResult> ZeroEngine::Impl::Step() {
     }
     s.reduced = 0;
   }
-  // Stages 1 and 2: every rank updated its shard of the resident parameters; gather the rest.
-  if (stage() == 1 || stage() == 2) {
-    std::vector<CommHandle> handles;
-    for (UnitState& s : units_) {
-      const int64_t shard = s.layout.shard_size();
-      char* full = s.params.data_as<char>();
-      handles.push_back(gather_comm_->StartAllGather(full + rank * shard * elem, full,
-                                                     size_t(shard), dtype_));
-    }
-    Status first;
-    for (size_t u = 0; u < handles.size(); ++u) {
-      Status s = handles[u].Wait();
-      if (first.ok() && !s.ok()) {
-        first = Status(s.code(), fmt::format("all-gathering the parameters of unit '{}': {}",
-                                             model_.units[u].name, s.message()));
-      }
-    }
-    ZS_RETURN_IF_ERROR(first);
-  }
+  // Stages 1 and 2: every rank updated its shard of the resident parameters; gather the rest,
+  // in place, unit by unit, with at most allgather_bucket_size elements in flight (at least one
+  // unit) so a transport's staging stays bounded.
+  if (stage() == 1 || stage() == 2) ZS_RETURN_IF_ERROR(AllGatherUpdatedParams());
   if (gatherer_ != nullptr) ZS_RETURN_IF_ERROR(gatherer_->RegatherPersistent());
   scaler_.Update(false);
   ++step_;
   result.step = step_;
   return result;
+}
+
+Status ZeroEngine::Impl::AllGatherUpdatedParams() {
+  const int rank = dp_.rank();
+  const size_t elem = DTypeSize(dtype_);
+  struct Pending {
+    CommHandle handle;
+    int unit;
+    int64_t elements;
+  };
+  std::deque<Pending> in_flight;
+  int64_t elements_in_flight = 0;
+  Status first;
+  auto wait_oldest = [&] {
+    Pending p = std::move(in_flight.front());
+    in_flight.pop_front();
+    elements_in_flight -= p.elements;
+    Status s = p.handle.Wait();
+    if (first.ok() && !s.ok()) {
+      first = Status(s.code(), fmt::format("all-gathering the parameters of unit '{}': {}",
+                                           model_.units[p.unit].name, s.message()));
+    }
+  };
+  for (size_t u = 0; u < units_.size(); ++u) {
+    UnitState& s = units_[u];
+    const int64_t shard = s.layout.shard_size();
+    const int64_t padded = s.layout.padded_size();
+    while (!in_flight.empty() &&
+           elements_in_flight + padded > config_.zero_optimization.allgather_bucket_size) {
+      wait_oldest();
+    }
+    char* full = s.params.data_as<char>();
+    in_flight.push_back(Pending{
+        gather_comm_->StartAllGather(full + rank * shard * elem, full, size_t(shard), dtype_),
+        int(u), padded});
+    elements_in_flight += padded;
+  }
+  while (!in_flight.empty()) wait_oldest();
+  return first;
 }
 
 StatusOr<std::vector<float>> ZeroEngine::Impl::GatherMasterUnit(int unit) {

@@ -39,7 +39,9 @@ struct Result {
   std::vector<std::vector<float>> params;
 };
 
-StatusOr<Result> Train(int world, int stage, int batch, int ga, double clip, bool bf16,
+enum class Precision { kF32, kBF16, kF16 };
+
+StatusOr<Result> Train(int world, int stage, int batch, int ga, double clip, Precision precision,
                        int steps) {
   Result result;
   std::mutex mu;
@@ -59,7 +61,8 @@ StatusOr<Result> Train(int world, int stage, int batch, int ga, double clip, boo
     config.gradient_accumulation_steps = ga;
     config.gradient_clipping = clip;
     config.optimizer.lr = 3e-3;
-    config.bf16.enabled = bf16;
+    config.bf16.enabled = precision == Precision::kBF16;
+    config.fp16.enabled = precision == Precision::kF16;
     ZS_ASSIGN_OR_RETURN(auto engine, ZeroEngine::Create(config, gpt->spec(), gpt->Init(11),
                                                         *device, comm));
     std::vector<int32_t> in(size_t(batch) * kSeq), out(in.size());
@@ -102,7 +105,7 @@ TEST(GptParity, StagesAreBitIdentical) {
   for (Case c : {Case{3, 1, 0.0}, Case{3, 2, 0.5}, Case{4, 1, 0.3}}) {
     std::vector<uint64_t> digests;
     for (int stage = 0; stage <= 3; ++stage) {
-      auto r = Train(c.world, stage, 2, c.ga, c.clip, false, 3);
+      auto r = Train(c.world, stage, 2, c.ga, c.clip, Precision::kF32, 3);
       ASSERT_TRUE(r.ok()) << r.status().ToString();
       digests.push_back(r->digest);
     }
@@ -114,8 +117,8 @@ TEST(GptParity, StagesAreBitIdentical) {
 }
 
 TEST(GptParity, ThreeRanksMatchOneRankOfTheSameGlobalBatch) {
-  auto one = Train(1, 0, 6, 1, 0.0, false, 3);
-  auto three = Train(3, 3, 1, 2, 0.0, false, 3);
+  auto one = Train(1, 0, 6, 1, 0.0, Precision::kF32, 3);
+  auto three = Train(3, 3, 1, 2, 0.0, Precision::kF32, 3);
   ASSERT_TRUE(one.ok()) << one.status().ToString();
   ASSERT_TRUE(three.ok()) << three.status().ToString();
   for (size_t k = 0; k < one->losses.size(); ++k) {
@@ -128,13 +131,16 @@ TEST(GptParity, ThreeRanksMatchOneRankOfTheSameGlobalBatch) {
   }
 }
 
-TEST(GptParity, Bf16TracksFp32AndTheLossFalls) {
-  auto fp32 = Train(2, 3, 4, 1, 1.0, false, 60);
-  auto bf16 = Train(2, 3, 4, 1, 1.0, true, 60);
+TEST(GptParity, Bf16AndFp16TrackFp32AndTheLossFalls) {
+  auto fp32 = Train(2, 3, 4, 1, 1.0, Precision::kF32, 60);
   ASSERT_TRUE(fp32.ok()) << fp32.status().ToString();
-  ASSERT_TRUE(bf16.ok()) << bf16.status().ToString();
-  for (size_t k = 0; k < fp32->losses.size(); ++k) {
-    EXPECT_NEAR(bf16->losses[k], fp32->losses[k], 0.03 * fp32->losses[k]) << "step " << k;
+  for (Precision p : {Precision::kBF16, Precision::kF16}) {
+    auto low = Train(2, 3, 4, 1, 1.0, p, 60);
+    ASSERT_TRUE(low.ok()) << low.status().ToString();
+    for (size_t k = 0; k < fp32->losses.size(); ++k) {
+      EXPECT_NEAR(low->losses[k], fp32->losses[k], 0.03 * fp32->losses[k])
+          << (p == Precision::kBF16 ? "bf16" : "fp16") << " step " << k;
+    }
   }
   double first = 0, last = 0;
   for (int k = 0; k < 5; ++k) first += fp32->losses[k], last += fp32->losses[59 - k];

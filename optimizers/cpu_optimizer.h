@@ -1,0 +1,49 @@
+// CpuOptimizer: one optimizer step over a shard on the CPU at memory speed: Highway SIMD
+// (runtime dispatch: AVX-512, AVX2, SSE4, scalar; NEON on Arm) and a few threads.
+//
+// Contract
+// - Step(hyper, shard) applies one update (optimizer_spec.h gives the rules, the state layout
+//   and the weight-decay segments) to shard elements [0, shard.n), reading the gradient in its
+//   stored dtype and writing the low-precision parameter copy in the same pass when
+//   shard.param_out is set.
+// - Work is cut into tiles of kTileElements (a multiple of kQuantBlock) handed to the pool's
+//   threads; [Note: bit-identical splits] in optimizer_spec.h makes the result independent of
+//   the thread count and of the tiling. Step blocks the calling thread until every tile is done.
+// - Non-fp32 states are decoded tile by tile into fp32 scratch, updated, and encoded back
+//   (bf16: stochastic rounding; int8: per-block symmetric scale), so each state byte is read
+//   and written once.
+// - Threads: `threads` workers are created at construction (0 or 1 = run on the caller). One
+//   Step at a time per object; different objects are independent.
+// - Errors: none at run time; invalid shards (null master, missing states for the kind,
+//   segments not covering [0, n)) are programmer bugs caught by ZS_CHECK.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "optimizers/optimizer_spec.h"
+
+namespace zs {
+
+class CpuOptimizer {
+ public:
+  static constexpr int64_t kTileElements = 16 * 1024;
+
+  explicit CpuOptimizer(int threads = 1);
+  ~CpuOptimizer();
+  CpuOptimizer(const CpuOptimizer&) = delete;
+  CpuOptimizer& operator=(const CpuOptimizer&) = delete;
+
+  void Step(const OptimizerHyper& hyper, const ShardStep& shard);
+
+  int threads() const;
+  // The SIMD target chosen at run time ("AVX3", "AVX2", "SSE4", "EMU128"/"SCALAR", "NEON").
+  static std::string SimdTarget();
+
+ private:
+  class Pool;
+  std::unique_ptr<Pool> pool_;
+};
+
+}  // namespace zs

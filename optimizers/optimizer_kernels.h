@@ -1,0 +1,59 @@
+// Internal to zs_optimizers: the Highway-vectorized update of one contiguous range with fp32
+// states and one weight decay, the leaf that CpuOptimizer (cpu_optimizer.cc) calls per tile and
+// per weight-decay segment.
+//
+// Contract
+// - RunOptimizerKernel updates args.n elements in place. Every element's result depends only on
+//   its own inputs and the constants: the vector body and the tail (run through the same vector
+//   code on a padded copy) give identical bits, so any split of a range gives the same result.
+// - Arithmetic is plain IEEE float (no FMA contraction: the file is compiled with
+//   -ffp-contract=off), divisions and square roots are exact-rounded (no approximations), and
+//   the AdamW / Adam operation order is that of optimizers/adamw_reference.cc.
+// - bf16 / f16 conversions (gradient in, param_out out) match runtime/base/dtype.h bit for bit
+//   (round to nearest even, NaN and subnormal handling included).
+// - Pure function of its arguments; thread-safe; no allocation.
+#pragma once
+
+#include <cstdint>
+
+#include "optimizers/optimizer_spec.h"
+#include "runtime/base/dtype.h"
+
+namespace zs::internal {
+
+// Per-step constants, computed once per Step from OptimizerHyper.
+struct KernelConstants {
+  OptimizerKind kind = OptimizerKind::kAdamW;
+  float lr = 0.0f;
+  float beta1 = 0.0f, one_minus_beta1 = 0.0f;
+  float beta2 = 0.0f, one_minus_beta2 = 0.0f;
+  float eps = 0.0f;
+  float step_size = 0.0f;      // Adam: float(lr / bc1)
+  float inv_sqrt_bc2 = 0.0f;   // Adam: float(1 / sqrt(bc2))
+  bool sgd_momentum = false;   // SGD: momentum != 0 (state0 present)
+  bool sgd_first_step = false; // SGD: step == 1 (buf = g)
+  bool nesterov = false;
+};
+
+KernelConstants MakeKernelConstants(const OptimizerHyper& hyper);
+
+// One contiguous range [0, n) of pointers already offset to its first element.
+struct KernelRange {
+  int64_t n = 0;
+  float* master = nullptr;
+  float* state0 = nullptr;  // fp32; null when the kind has no state 0
+  float* state1 = nullptr;  // fp32; null when the kind has no state 1
+  const void* grad = nullptr;
+  DType grad_dtype = DType::kF32;
+  float grad_scale = 1.0f;
+  void* param_out = nullptr;  // optional
+  DType param_dtype = DType::kBF16;
+  float weight_decay = 0.0f;
+};
+
+void RunOptimizerKernel(const KernelConstants& c, const KernelRange& r);
+
+// The Highway target RunOptimizerKernel dispatches to on this machine.
+const char* OptimizerKernelTarget();
+
+}  // namespace zs::internal

@@ -1,0 +1,321 @@
+// State codecs (state_codec.h): Highway kernels compiled for every target in HWY_TARGETS and
+// picked at run time with HWY_DYNAMIC_DISPATCH.
+//
+// [Note: stochastic rounding bits] The random 16 bits for element `index` are
+//   key    = splitmix64 chain over (state_index, index >> 32), step and seed   (64 bits: k1, k2)
+//   bits   = fmix32(fmix32(uint32(index) ^ k1) + k2) >> 16                     (murmur3 fmix32)
+// The 64-bit key is constant over any run of indices that share their high 32 bits, so the
+// kernels compute it once per such segment in scalar code and run the per-element part in
+// 32-bit integer lanes. StochasticRoundingBits evaluates the same formula one element at a time,
+// so the SIMD and scalar results agree bit for bit (the tests check it on every target).
+//
+// Every kernel processes whole vectors, then finishes the remainder with a one-lane descriptor
+// running the same Highway ops, so a tail element is computed exactly like a vector element.
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "optimizers/state_codec.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include "hwy/highway.h"
+
+#ifndef ZS_OPTIMIZERS_STATE_CODEC_CC_HELPERS_
+#define ZS_OPTIMIZERS_STATE_CODEC_CC_HELPERS_
+
+#include <cstdint>
+#include <cstring>
+
+#include "optimizers/optimizer_spec.h"
+
+namespace zs::state_codec_internal {
+
+inline constexpr uint64_t SplitMix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+inline constexpr uint32_t Fmix32(uint32_t h) {
+  h ^= h >> 16;
+  h *= 0x85ebca6bu;
+  h ^= h >> 13;
+  h *= 0xc2b2ae35u;
+  h ^= h >> 16;
+  return h;
+}
+
+// The per-segment key of [Note: stochastic rounding bits]; `index_hi` = index >> 32.
+struct SrKey {
+  uint32_t k1;
+  uint32_t k2;
+};
+inline constexpr SrKey MakeSrKey(uint64_t seed, int64_t step, int state_index, uint32_t index_hi) {
+  uint64_t h = SplitMix64((uint64_t{index_hi} << 32) | static_cast<uint32_t>(state_index));
+  h = SplitMix64(h ^ static_cast<uint64_t>(step));
+  h = SplitMix64(h ^ seed);
+  return SrKey{static_cast<uint32_t>(h), static_cast<uint32_t>(h >> 32)};
+}
+
+inline constexpr uint32_t SrBits(SrKey key, uint32_t index_lo) {
+  return Fmix32(Fmix32(index_lo ^ key.k1) + key.k2) >> 16;
+}
+
+}  // namespace zs::state_codec_internal
+
+#endif  // ZS_OPTIMIZERS_STATE_CODEC_CC_HELPERS_
+
+HWY_BEFORE_NAMESPACE();
+namespace zs::state_codec_internal {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+template <class DU>
+HWY_INLINE hn::Vec<DU> Fmix32V(DU du, hn::Vec<DU> h) {
+  h = hn::Xor(h, hn::ShiftRight<16>(h));
+  h = hn::Mul(h, hn::Set(du, 0x85ebca6bu));
+  h = hn::Xor(h, hn::ShiftRight<13>(h));
+  h = hn::Mul(h, hn::Set(du, 0xc2b2ae35u));
+  return hn::Xor(h, hn::ShiftRight<16>(h));
+}
+
+// ---- bf16 -------------------------------------------------------------------------------------
+
+// Decodes `count` elements (a multiple of Lanes(df)); returns the number done.
+template <class DF>
+HWY_INLINE size_t DecodeBF16Lanes(DF df, const uint16_t* in, size_t count, float* dst) {
+  const hn::RebindToUnsigned<DF> du;
+  const hn::Rebind<uint16_t, DF> du16;
+  const size_t lanes = hn::Lanes(df);
+  size_t i = 0;
+  for (; i + lanes <= count; i += lanes) {
+    const auto bits = hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(du16, in + i)));
+    hn::StoreU(hn::BitCast(df, bits), df, dst + i);
+  }
+  return i;
+}
+
+void DecodeBF16(const uint16_t* in, size_t n, float* dst) {
+  const size_t done = DecodeBF16Lanes(hn::ScalableTag<float>(), in, n, dst);
+  DecodeBF16Lanes(hn::CappedTag<float, 1>(), in + done, n - done, dst + done);
+}
+
+// Encodes src[i] for shard indices whose low 32 bits are index_lo + i (no wrap inside one call
+// of this function; the caller splits at 2^32 boundaries). Returns the number done.
+template <class DF>
+HWY_INLINE size_t EncodeBF16Lanes(DF df, const float* src, size_t count, uint16_t* out,
+                                  uint32_t index_lo, SrKey key) {
+  const hn::RebindToUnsigned<DF> du;
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<uint16_t, DF> du16;
+  const size_t lanes = hn::Lanes(df);
+  const auto k1 = hn::Set(du, key.k1);
+  const auto k2 = hn::Set(du, key.k2);
+  const auto exp_mask = hn::Set(du, 0x7f800000u);
+  const auto mant_mask = hn::Set(du, 0x007fffffu);
+  const auto quiet_bit = hn::Set(du, 0x0040u);  // bf16's top mantissa bit
+  const auto iota = hn::Iota(du, 0);
+  size_t i = 0;
+  for (; i + lanes <= count; i += lanes) {
+    const auto u = hn::BitCast(du, hn::LoadU(df, src + i));
+    const auto idx = hn::Add(iota, hn::Set(du, static_cast<uint32_t>(index_lo + i)));
+    const auto r = hn::ShiftRight<16>(Fmix32V(du, hn::Add(Fmix32V(du, hn::Xor(idx, k1)), k2)));
+    // Finite: |bits| <= 0x7f7fffff, so bits + r cannot carry into the sign bit; at worst the
+    // magnitude reaches 0x7f80xxxx, which truncates to inf (never NaN).
+    const auto rounded = hn::ShiftRight<16>(hn::Add(u, r));
+    // Inf keeps its truncated bits; NaN additionally gets the quiet bit so that a payload held
+    // only in the low 16 bits does not truncate to inf.
+    const auto is_nan_payload = hn::Ne(hn::And(u, mant_mask), hn::Zero(du));
+    const auto special =
+        hn::Or(hn::ShiftRight<16>(u), hn::IfThenElseZero(is_nan_payload, quiet_bit));
+    const auto is_special = hn::Eq(hn::And(u, exp_mask), exp_mask);
+    const auto bits = hn::IfThenElse(is_special, special, rounded);
+    // Every lane is <= 0xffff, so the saturating demotion is a plain truncation.
+    hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, bits)), du16, out + i);
+  }
+  return i;
+}
+
+void EncodeBF16(const float* src, size_t n, uint16_t* out, uint32_t index_lo, SrKey key) {
+  const size_t done = EncodeBF16Lanes(hn::ScalableTag<float>(), src, n, out, index_lo, key);
+  EncodeBF16Lanes(hn::CappedTag<float, 1>(), src + done, n - done, out + done,
+                  static_cast<uint32_t>(index_lo + done), key);
+}
+
+// ---- int8 -------------------------------------------------------------------------------------
+
+template <class DF>
+HWY_INLINE size_t DecodeInt8Lanes(DF df, const int8_t* in, size_t count, float scale,
+                                  float* dst) {
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<int8_t, DF> di8;
+  const size_t lanes = hn::Lanes(df);
+  const auto vscale = hn::Set(df, scale);
+  size_t i = 0;
+  for (; i + lanes <= count; i += lanes) {
+    const auto codes = hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(di8, in + i)));
+    hn::StoreU(hn::Mul(codes, vscale), df, dst + i);
+  }
+  return i;
+}
+
+// `n` elements starting at a block boundary; scales[b] belongs to the b-th block of the range.
+void DecodeInt8(const int8_t* in, const float* scales, size_t n, float* dst) {
+  for (size_t begin = 0; begin < n; begin += kQuantBlock) {
+    const size_t count = n - begin < size_t{kQuantBlock} ? n - begin : size_t{kQuantBlock};
+    const float scale = scales[begin / kQuantBlock];
+    const size_t done =
+        DecodeInt8Lanes(hn::ScalableTag<float>(), in + begin, count, scale, dst + begin);
+    DecodeInt8Lanes(hn::CappedTag<float, 1>(), in + begin + done, count - done, scale,
+                    dst + begin + done);
+  }
+}
+
+template <class DF>
+HWY_INLINE size_t MaxAbsLanes(DF df, const float* src, size_t count, float* max_abs) {
+  const size_t lanes = hn::Lanes(df);
+  auto vmax = hn::Set(df, *max_abs);
+  size_t i = 0;
+  for (; i + lanes <= count; i += lanes) vmax = hn::Max(vmax, hn::Abs(hn::LoadU(df, src + i)));
+  *max_abs = hn::GetLane(hn::MaxOfLanes(df, vmax));
+  return i;
+}
+
+template <class DF>
+HWY_INLINE size_t QuantizeLanes(DF df, const float* src, size_t count, float scale,
+                                int8_t* out) {
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<int8_t, DF> di8;
+  const size_t lanes = hn::Lanes(df);
+  const auto vscale = hn::Set(df, scale);
+  const auto lo = hn::Set(df, -127.0f);
+  const auto hi = hn::Set(df, 127.0f);
+  size_t i = 0;
+  for (; i + lanes <= count; i += lanes) {
+    // A true division: x * (1 / scale) differs from x / scale in the last bit for some inputs,
+    // which can move a code across a .5 boundary. Round() is round-to-nearest-even.
+    const auto q = hn::Round(hn::Div(hn::LoadU(df, src + i), vscale));
+    const auto code = hn::ConvertTo(di, hn::Min(hn::Max(q, lo), hi));
+    hn::StoreU(hn::DemoteTo(di8, code), di8, out + i);
+  }
+  return i;
+}
+
+void EncodeInt8(const float* src, size_t n, int8_t* out, float* scales) {
+  const hn::ScalableTag<float> df;
+  const hn::CappedTag<float, 1> d1;
+  for (size_t begin = 0; begin < n; begin += kQuantBlock) {
+    const size_t count = n - begin < size_t{kQuantBlock} ? n - begin : size_t{kQuantBlock};
+    const float* block = src + begin;
+    int8_t* codes = out + begin;
+    float max_abs = 0.0f;
+    size_t done = MaxAbsLanes(df, block, count, &max_abs);
+    MaxAbsLanes(d1, block + done, count - done, &max_abs);
+    const float scale = max_abs / 127.0f;
+    scales[begin / kQuantBlock] = scale;
+    if (scale == 0.0f) {  // all zeros (or only values so small that max/127 underflows)
+      std::memset(codes, 0, count);
+      continue;
+    }
+    done = QuantizeLanes(df, block, count, scale, codes);
+    QuantizeLanes(d1, block + done, count - done, scale, codes + done);
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace zs::state_codec_internal
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+
+#include "optimizers/state_codec.h"
+#include "runtime/base/check.h"
+
+namespace zs {
+namespace state_codec_internal {
+
+HWY_EXPORT(DecodeBF16);
+HWY_EXPORT(EncodeBF16);
+HWY_EXPORT(DecodeInt8);
+HWY_EXPORT(EncodeInt8);
+
+void CheckRange(StateDType type, int64_t offset, int64_t n) {
+  ZS_CHECK(offset >= 0 && n >= 0, "state codec: offset {} and n {} must be >= 0", offset, n);
+  if (type == StateDType::kInt8) {
+    ZS_CHECK(offset % kQuantBlock == 0,
+             "state codec: int8 offset {} is not a multiple of the block size {}", offset,
+             kQuantBlock);
+  }
+}
+
+}  // namespace state_codec_internal
+
+void DecodeState(StateDType type, const void* codes, const float* scales, int64_t offset,
+                 int64_t n, float* dst) {
+  using namespace state_codec_internal;
+  CheckRange(type, offset, n);
+  if (n == 0) return;
+  ZS_CHECK(codes != nullptr && dst != nullptr, "DecodeState: null codes or dst for n {}", n);
+  switch (type) {
+    case StateDType::kF32:
+      if (codes != dst) std::memmove(dst, codes, static_cast<size_t>(n) * sizeof(float));
+      return;
+    case StateDType::kBF16:
+      HWY_DYNAMIC_DISPATCH(DecodeBF16)(static_cast<const uint16_t*>(codes),
+                                       static_cast<size_t>(n), dst);
+      return;
+    case StateDType::kInt8:
+      ZS_CHECK(scales != nullptr, "DecodeState: int8 state without scales (offset {}, n {})",
+               offset, n);
+      HWY_DYNAMIC_DISPATCH(DecodeInt8)(static_cast<const int8_t*>(codes), scales,
+                                       static_cast<size_t>(n), dst);
+      return;
+  }
+  ZS_CHECK(false, "DecodeState: unknown StateDType {}", static_cast<int>(type));
+}
+
+void EncodeState(StateDType type, const float* src, int64_t offset, int64_t n, void* codes,
+                 float* scales, uint64_t seed, int64_t step, int state_index) {
+  using namespace state_codec_internal;
+  CheckRange(type, offset, n);
+  if (n == 0) return;
+  ZS_CHECK(src != nullptr && codes != nullptr, "EncodeState: null src or codes for n {}", n);
+  switch (type) {
+    case StateDType::kF32:
+      if (codes != src) std::memmove(codes, src, static_cast<size_t>(n) * sizeof(float));
+      return;
+    case StateDType::kBF16: {
+      // One key per run of indices sharing their high 32 bits ([Note: stochastic rounding bits]).
+      auto* out = static_cast<uint16_t*>(codes);
+      for (int64_t i = 0; i < n;) {
+        const uint64_t index = static_cast<uint64_t>(offset + i);
+        const uint64_t to_boundary = (uint64_t{1} << 32) - (index & 0xffffffffu);
+        const int64_t count =
+            static_cast<int64_t>(to_boundary) < n - i ? static_cast<int64_t>(to_boundary) : n - i;
+        const SrKey key =
+            MakeSrKey(seed, step, state_index, static_cast<uint32_t>(index >> 32));
+        HWY_DYNAMIC_DISPATCH(EncodeBF16)(src + i, static_cast<size_t>(count), out + i,
+                                         static_cast<uint32_t>(index), key);
+        i += count;
+      }
+      return;
+    }
+    case StateDType::kInt8:
+      ZS_CHECK(scales != nullptr, "EncodeState: int8 state without scales (offset {}, n {})",
+               offset, n);
+      HWY_DYNAMIC_DISPATCH(EncodeInt8)(src, static_cast<size_t>(n), static_cast<int8_t*>(codes),
+                                       scales);
+      return;
+  }
+  ZS_CHECK(false, "EncodeState: unknown StateDType {}", static_cast<int>(type));
+}
+
+uint32_t StochasticRoundingBits(uint64_t seed, int64_t step, int state_index, int64_t index) {
+  using namespace state_codec_internal;
+  const uint64_t u = static_cast<uint64_t>(index);
+  return SrBits(MakeSrKey(seed, step, state_index, static_cast<uint32_t>(u >> 32)),
+                static_cast<uint32_t>(u));
+}
+
+}  // namespace zs
+
+#endif  // HWY_ONCE
