@@ -12,8 +12,9 @@
 // - Non-fp32 states are decoded tile by tile into fp32 scratch, updated, and encoded back
 //   (bf16: stochastic rounding; int8: per-block symmetric scale), so each state byte is read
 //   and written once.
-// - Threads: `threads` workers are created at construction (0 or 1 = run on the caller). One
-//   Step at a time per object; different objects are independent.
+// - Threads: `threads` threads run the tiles: threads - 1 workers created at construction plus
+//   the caller (0 or 1 = the caller alone). One Step at a time per object; different objects
+//   are independent.
 // - Errors: none at run time; invalid shards (null master, missing states for the kind,
 //   segments not covering [0, n)) are programmer bugs caught by ZS_CHECK.
 #pragma once

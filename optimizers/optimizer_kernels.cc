@@ -14,7 +14,6 @@
 #include <cstring>
 
 #include "optimizers/optimizer_kernels.h"
-#include "runtime/base/check.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "optimizers/optimizer_kernels.cc"

@@ -16,6 +16,11 @@
 //   fp32 scale per block (scales[n / kQuantBlock rounded up]), block b covering shard elements
 //   [b * kQuantBlock, (b + 1) * kQuantBlock): value = code * scale (signed, symmetric: scale =
 //   max |x| / 127 of the block); second moments (always >= 0) use the same symmetric code.
+//   [Note: int8 second moments] Linear int8 codes cannot hold a second moment: within one block
+//   v spans many decades, small v round to 0 and m / (sqrt(0) + eps) explodes. So the
+//   second-moment states (Adam's and AdamW's state1, Adagrad's state0) are stored in int8 as
+//   sqrt(v), which has the dynamic range of m (and of g): where sqrt(v) rounds to 0, m does too
+//   and the update is 0 rather than m / eps. Int8StoresRoot says which states.
 //   Checkpoints and offload move these arrays as they are; NumStates/StateBytes say how many
 //   bytes each holds.
 // - [Note: bit-identical splits] Every element's update depends only on that element's inputs,
@@ -76,6 +81,13 @@ inline constexpr int NumStates(OptimizerKind kind, float momentum) {
     case OptimizerKind::kLion: return 1;
   }
   return 0;
+}
+
+// Whether int8 state `state` of `kind` holds the square root of its value ([Note: int8 second
+// moments]).
+inline constexpr bool Int8StoresRoot(OptimizerKind kind, int state) {
+  return ((kind == OptimizerKind::kAdamW || kind == OptimizerKind::kAdam) && state == 1) ||
+         (kind == OptimizerKind::kAdagrad && state == 0);
 }
 
 // Bytes of one state tensor of n elements (int8: codes plus the block scales).

@@ -15,7 +15,6 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "optimizers/state_codec.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
-
 #include "hwy/highway.h"
 
 #ifndef ZS_OPTIMIZERS_STATE_CODEC_CC_HELPERS_
@@ -144,8 +143,7 @@ void EncodeBF16(const float* src, size_t n, uint16_t* out, uint32_t index_lo, Sr
 // ---- int8 -------------------------------------------------------------------------------------
 
 template <class DF>
-HWY_INLINE size_t DecodeInt8Lanes(DF df, const int8_t* in, size_t count, float scale,
-                                  float* dst) {
+HWY_INLINE size_t DecodeInt8Lanes(DF df, const int8_t* in, size_t count, float scale, float* dst) {
   const hn::RebindToSigned<DF> di;
   const hn::Rebind<int8_t, DF> di8;
   const size_t lanes = hn::Lanes(df);
@@ -181,8 +179,7 @@ HWY_INLINE size_t MaxAbsLanes(DF df, const float* src, size_t count, float* max_
 }
 
 template <class DF>
-HWY_INLINE size_t QuantizeLanes(DF df, const float* src, size_t count, float scale,
-                                int8_t* out) {
+HWY_INLINE size_t QuantizeLanes(DF df, const float* src, size_t count, float scale, int8_t* out) {
   const hn::RebindToSigned<DF> di;
   const hn::Rebind<int8_t, DF> di8;
   const size_t lanes = hn::Lanes(df);
@@ -249,8 +246,8 @@ void CheckRange(StateDType type, int64_t offset, int64_t n) {
 
 }  // namespace state_codec_internal
 
-void DecodeState(StateDType type, const void* codes, const float* scales, int64_t offset,
-                 int64_t n, float* dst) {
+void DecodeState(StateDType type, const void* codes, const float* scales, int64_t offset, int64_t n,
+                 float* dst) {
   using namespace state_codec_internal;
   CheckRange(type, offset, n);
   if (n == 0) return;
@@ -260,14 +257,14 @@ void DecodeState(StateDType type, const void* codes, const float* scales, int64_
       if (codes != dst) std::memmove(dst, codes, static_cast<size_t>(n) * sizeof(float));
       return;
     case StateDType::kBF16:
-      HWY_DYNAMIC_DISPATCH(DecodeBF16)(static_cast<const uint16_t*>(codes),
-                                       static_cast<size_t>(n), dst);
+      HWY_DYNAMIC_DISPATCH(DecodeBF16)
+      (static_cast<const uint16_t*>(codes), static_cast<size_t>(n), dst);
       return;
     case StateDType::kInt8:
       ZS_CHECK(scales != nullptr, "DecodeState: int8 state without scales (offset {}, n {})",
                offset, n);
-      HWY_DYNAMIC_DISPATCH(DecodeInt8)(static_cast<const int8_t*>(codes), scales,
-                                       static_cast<size_t>(n), dst);
+      HWY_DYNAMIC_DISPATCH(DecodeInt8)
+      (static_cast<const int8_t*>(codes), scales, static_cast<size_t>(n), dst);
       return;
   }
   ZS_CHECK(false, "DecodeState: unknown StateDType {}", static_cast<int>(type));
@@ -291,10 +288,9 @@ void EncodeState(StateDType type, const float* src, int64_t offset, int64_t n, v
         const uint64_t to_boundary = (uint64_t{1} << 32) - (index & 0xffffffffu);
         const int64_t count =
             static_cast<int64_t>(to_boundary) < n - i ? static_cast<int64_t>(to_boundary) : n - i;
-        const SrKey key =
-            MakeSrKey(seed, step, state_index, static_cast<uint32_t>(index >> 32));
-        HWY_DYNAMIC_DISPATCH(EncodeBF16)(src + i, static_cast<size_t>(count), out + i,
-                                         static_cast<uint32_t>(index), key);
+        const SrKey key = MakeSrKey(seed, step, state_index, static_cast<uint32_t>(index >> 32));
+        HWY_DYNAMIC_DISPATCH(EncodeBF16)
+        (src + i, static_cast<size_t>(count), out + i, static_cast<uint32_t>(index), key);
         i += count;
       }
       return;
@@ -302,8 +298,8 @@ void EncodeState(StateDType type, const float* src, int64_t offset, int64_t n, v
     case StateDType::kInt8:
       ZS_CHECK(scales != nullptr, "EncodeState: int8 state without scales (offset {}, n {})",
                offset, n);
-      HWY_DYNAMIC_DISPATCH(EncodeInt8)(src, static_cast<size_t>(n), static_cast<int8_t*>(codes),
-                                       scales);
+      HWY_DYNAMIC_DISPATCH(EncodeInt8)
+      (src, static_cast<size_t>(n), static_cast<int8_t*>(codes), scales);
       return;
   }
   ZS_CHECK(false, "EncodeState: unknown StateDType {}", static_cast<int>(type));

@@ -5,17 +5,26 @@
 // - DecodeState converts n elements of a state, starting at shard element `offset`, to fp32.
 //   EncodeState converts n fp32 values back. Both are Highway-vectorized with runtime dispatch.
 // - kF32: plain copies (the kernels normally skip the codec for fp32 states).
-// - kBF16: encoding rounds stochastically: the fp32 value's 16 low bits are compared with 16
-//   random bits from a counter-based hash of (seed, step, state_index, offset + i), so the
-//   expected value of the stored number is the fp32 value (small updates are not lost the way
-//   round-to-nearest loses them), and the result is the same whatever the tiling. Non-finite
-//   values are kept (NaN stays NaN, inf stays inf).
+// - `codes`, `src` and `dst` point at element `offset` of their arrays (bf16 codes are uint16_t
+//   bit patterns, int8 codes int8_t); `scales` is used by kInt8 only and may be null otherwise.
+// - kBF16: encoding rounds stochastically: 16 random bits r from a counter-based hash of
+//   (seed, step, state_index, offset + i) (StochasticRoundingBits) are added to the fp32 bits,
+//   which are then truncated to their high 16, so the value rounds away from zero with
+//   probability (low 16 bits) / 2^16. The expected value of the stored number is the fp32 value
+//   (small updates are not lost the way round-to-nearest loses them), bf16-exact values stay
+//   exact, and the result is the same whatever the tiling. Non-finite values are kept (NaN
+//   stays NaN, made quiet; inf stays inf); a finite value above the largest bf16 rounds to inf
+//   with the probability stochastic rounding gives it.
 // - kInt8: blocks of kQuantBlock elements; block b = shard elements [b*kQuantBlock, ...).
-//   `offset` must be a multiple of kQuantBlock and n must cover whole blocks except for the
-//   shard's last block (ZS_CHECK). Encoding computes scale = max|x| / 127 per block (0 for an
-//   all-zero block) and code = round-to-nearest-even(x / scale) clamped to [-127, 127];
-//   decoding is code * scale. `scales` points at the scale of block offset / kQuantBlock.
-// - Pure functions of their arguments; thread-safe; no allocation.
+//   `offset` must be a multiple of kQuantBlock (ZS_CHECK) and n must cover whole blocks except
+//   for the shard's last block (a call whose n is not a multiple of kQuantBlock ends the shard).
+//   Encoding computes scale = max|x| / 127 per block (0 for an all-zero block, and for a block
+//   so small that the division underflows: its codes are then 0) and code =
+//   round-to-nearest-even(x / scale) (a true division) clamped to [-127, 127]; decoding is
+//   code * scale. `scales` points at the scale of block offset / kQuantBlock. Non-finite
+//   values in an int8 state give unspecified codes (no undefined behaviour).
+// - Pure functions of their arguments; thread-safe; no allocation. kF32 allows codes == src
+//   (dst == codes); the other types need non-overlapping arrays.
 #pragma once
 
 #include <cstdint>

@@ -11,7 +11,8 @@ namespace zs::kernels {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kVec = 8;  // elements per vector step: 2 x float4 for fp32, one 16-byte load for 16-bit
+constexpr int kVec =
+    8;  // elements per vector step: 2 x float4 for fp32, one 16-byte load for 16-bit
 static_assert(kFusedOptimizerChunk % kVec == 0, "chunks must start on vector boundaries");
 
 // One tensor of the list as the kernel sees it. Its elements [0, head) are done by the first
@@ -86,7 +87,8 @@ __device__ __forceinline__ void UpdateElement(const Params& p, float wd, float d
 }
 
 template <FusedOptimizerKind K>
-inline constexpr bool kUsesState1 = K == FusedOptimizerKind::kAdamW || K == FusedOptimizerKind::kAdam;
+inline constexpr bool kUsesState1 =
+    K == FusedOptimizerKind::kAdamW || K == FusedOptimizerKind::kAdam;
 
 __device__ __forceinline__ void Unpack16(uint4 v, uint16_t (&h)[kVec]) {
   const uint32_t words[4] = {v.x, v.y, v.z, v.w};
@@ -202,13 +204,21 @@ __device__ void RunChunks(const Params& p, const TensorDesc* table) {
 template <typename G, typename P>
 __device__ __forceinline__ void Dispatch(const Params& p, const TensorDesc* table) {
   switch (p.kind) {
-    case FusedOptimizerKind::kAdamW: RunChunks<FusedOptimizerKind::kAdamW, G, P>(p, table); break;
-    case FusedOptimizerKind::kAdam: RunChunks<FusedOptimizerKind::kAdam, G, P>(p, table); break;
-    case FusedOptimizerKind::kSgd: RunChunks<FusedOptimizerKind::kSgd, G, P>(p, table); break;
+    case FusedOptimizerKind::kAdamW:
+      RunChunks<FusedOptimizerKind::kAdamW, G, P>(p, table);
+      break;
+    case FusedOptimizerKind::kAdam:
+      RunChunks<FusedOptimizerKind::kAdam, G, P>(p, table);
+      break;
+    case FusedOptimizerKind::kSgd:
+      RunChunks<FusedOptimizerKind::kSgd, G, P>(p, table);
+      break;
     case FusedOptimizerKind::kAdagrad:
       RunChunks<FusedOptimizerKind::kAdagrad, G, P>(p, table);
       break;
-    case FusedOptimizerKind::kLion: RunChunks<FusedOptimizerKind::kLion, G, P>(p, table); break;
+    case FusedOptimizerKind::kLion:
+      RunChunks<FusedOptimizerKind::kLion, G, P>(p, table);
+      break;
   }
 }
 
@@ -262,7 +272,8 @@ cudaError_t LaunchTyped(const Params& p, const std::vector<TensorDesc>& table, v
                         cudaStream_t stream) {
   int device = 0, sms = 0, per_sm = 0;
   cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (err == cudaSuccess)
+    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   const bool inline_table = table.size() <= kFusedOptimizerInlineTensors;
   if (err == cudaSuccess) {
     err = inline_table ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(
@@ -339,7 +350,8 @@ cudaError_t LaunchFusedOptimizer(const FusedOptimizerHyper& hyper,
     d.head = uint32_t(std::min<uint64_t>(std::max(aligned_head, 0), t.n));
     d.weight_decay = t.weight_decay;
     table.push_back(d);
-    chunks += std::max<uint64_t>(1, (t.n - d.head + kFusedOptimizerChunk - 1) / kFusedOptimizerChunk);
+    chunks +=
+        std::max<uint64_t>(1, (t.n - d.head + kFusedOptimizerChunk - 1) / kFusedOptimizerChunk);
   }
   if (table.empty()) return cudaSuccess;
   const size_t need = FusedOptimizerWorkspaceBytes(table.size());
@@ -369,9 +381,12 @@ cudaError_t LaunchFusedOptimizer(const FusedOptimizerHyper& hyper,
   p.total_chunks = chunks;
 
   switch (hyper.grad_type) {
-    case FusedGradType::kF32: return LaunchForGrad<F32Element>(hyper, p, table, workspace, stream);
-    case FusedGradType::kBF16: return LaunchForGrad<BF16Element>(hyper, p, table, workspace, stream);
-    case FusedGradType::kF16: return LaunchForGrad<F16Element>(hyper, p, table, workspace, stream);
+    case FusedGradType::kF32:
+      return LaunchForGrad<F32Element>(hyper, p, table, workspace, stream);
+    case FusedGradType::kBF16:
+      return LaunchForGrad<BF16Element>(hyper, p, table, workspace, stream);
+    case FusedGradType::kF16:
+      return LaunchForGrad<F16Element>(hyper, p, table, workspace, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -50,11 +50,11 @@ inline constexpr size_t kFusedOptimizerInlineTensors = 24;  // lists passed as k
 
 // One tensor of the list (a parameter, or a weight-decay segment of a shard).
 struct FusedOptimizerTensor {
-  float* master = nullptr;       // n fp32, updated in place
-  float* state0 = nullptr;       // n fp32 or null where the kind needs none (see above)
-  float* state1 = nullptr;       // n fp32 (AdamW/Adam v), else ignored
-  const void* grad = nullptr;    // n elements of the launch's grad_type
-  void* param_out = nullptr;     // n elements of the launch's param_type, or null: not written
+  float* master = nullptr;     // n fp32, updated in place
+  float* state0 = nullptr;     // n fp32 or null where the kind needs none (see above)
+  float* state1 = nullptr;     // n fp32 (AdamW/Adam v), else ignored
+  const void* grad = nullptr;  // n elements of the launch's grad_type
+  void* param_out = nullptr;   // n elements of the launch's param_type, or null: not written
   size_t n = 0;
   float weight_decay = 0.0f;
 };
@@ -63,11 +63,11 @@ struct FusedOptimizerTensor {
 struct FusedOptimizerHyper {
   FusedOptimizerKind kind = FusedOptimizerKind::kAdamW;
   float lr = 1e-3f;
-  float beta1 = 0.9f;    // Adam/Lion first moment; SGD momentum (0: no momentum buffer)
-  float beta2 = 0.999f;  // Adam second moment; Lion's second interpolation factor
-  float eps = 1e-8f;     // Adam, Adagrad
-  bool nesterov = false;  // SGD
-  int64_t step = 1;       // counted from 1: bias correction, SGD's first momentum step
+  float beta1 = 0.9f;       // Adam/Lion first moment; SGD momentum (0: no momentum buffer)
+  float beta2 = 0.999f;     // Adam second moment; Lion's second interpolation factor
+  float eps = 1e-8f;        // Adam, Adagrad
+  bool nesterov = false;    // SGD
+  int64_t step = 1;         // counted from 1: bias correction, SGD's first momentum step
   float grad_scale = 1.0f;  // g = grad * grad_scale (loss unscaling and clipping folded in)
   FusedGradType grad_type = FusedGradType::kF32;
   FusedParamType param_type = FusedParamType::kBF16;

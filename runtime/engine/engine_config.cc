@@ -1,5 +1,7 @@
 #include "runtime/engine/engine_config.h"
 
+#include "optimizers/lr_schedule.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -403,9 +405,14 @@ const std::vector<KeyDecl>& Keys() {
                          "train in bf16 (no loss scaling; not with fp16.enabled)"));
     // optimizer.
     k->push_back(EnumKey("optimizer.type", ZS_FIELD(optimizer.type),
-                         {{"AdamW", OptimizerType::kAdamW}, {"Adam", OptimizerType::kAdam}}, true,
+                         {{"AdamW", OptimizerType::kAdamW},
+                          {"Adam", OptimizerType::kAdam},
+                          {"SGD", OptimizerType::kSgd},
+                          {"Adagrad", OptimizerType::kAdagrad},
+                          {"Lion", OptimizerType::kLion}},
+                         true,
                          "AdamW: decoupled weight decay; Adam: weight decay added to the "
-                         "gradient (L2)"));
+                         "gradient (L2); SGD with optional (Nesterov) momentum; Adagrad; Lion"));
     k->push_back(NumberKey("optimizer.params.lr", ZS_FIELD(optimizer.lr), {0.0, false},
                            "learning rate (the scheduler's base when scheduler.type is none)"));
     k->push_back(BetasKey());
@@ -414,6 +421,13 @@ const std::vector<KeyDecl>& Keys() {
     k->push_back(NumberKey("optimizer.params.weight_decay", ZS_FIELD(optimizer.weight_decay),
                            {0.0, true},
                            "weight decay, applied only to parameters whose spec asks for it"));
+    k->push_back(NumberKey("optimizer.params.momentum", ZS_FIELD(optimizer.momentum),
+                           {0.0, true, 1.0, false}, "SGD: momentum factor (0 = plain SGD)"));
+    k->push_back(BoolKey("optimizer.params.nesterov", ZS_FIELD(optimizer.nesterov),
+                         "SGD: Nesterov momentum (needs momentum > 0)"));
+    k->push_back(NumberKey("optimizer.params.initial_accumulator_value",
+                           ZS_FIELD(optimizer.initial_accumulator_value), {0.0, true},
+                           "Adagrad: the starting value of the sum of squared gradients"));
     // scheduler.
     k->push_back(EnumKey("scheduler.type", ZS_FIELD(scheduler.type),
                          {{"none", SchedulerType::kNone},
@@ -443,6 +457,15 @@ const std::vector<KeyDecl>& Keys() {
     k->back().info.allowed = "a power of two, 1 to 4096";
     k->push_back(BoolKey("zerostack.prefetch", ZS_FIELD(zerostack.prefetch),
                          "stage 3: prefetch parameters from the recorded module order"));
+    k->push_back(EnumKey("zerostack.optimizer_state_dtype", ZS_FIELD(zerostack.optimizer_state_dtype),
+                         {{"fp32", OptimizerStateType::kF32},
+                          {"bf16", OptimizerStateType::kBF16},
+                          {"int8", OptimizerStateType::kInt8}},
+                         false,
+                         "optimizer states: fp32; bf16 with stochastic rounding; int8 in blocks of "
+                         "256 with one fp32 scale each"));
+    k->push_back(IntKey("zerostack.optimizer_threads", ZS_FIELD(zerostack.optimizer_threads), 1,
+                        256, "threads of each rank's CPU optimizer step"));
     // Defaults come from a default-built config.
     const EngineConfig defaults;
     for (KeyDecl& key : *k) {
@@ -578,6 +601,10 @@ Status CheckCombinations(const EngineConfig& c) {
         "allowed: >= warmup_num_steps",
         s.total_num_steps, s.warmup_num_steps));
   }
+  if (c.optimizer.nesterov && c.optimizer.momentum == 0.0) {
+    return InvalidArgumentError(
+        "optimizer.params.nesterov: true needs optimizer.params.momentum > 0 (it is 0)");
+  }
   int64_t a = c.zerostack.alignment;
   if ((a & (a - 1)) != 0) {
     return InvalidArgumentError(fmt::format(
@@ -631,22 +658,22 @@ class DuplicateKeyFinder {
 
 }  // namespace
 
+std::unique_ptr<LrSchedule> MakeLrSchedule(const SchedulerConfig& s, double base_lr) {
+  switch (s.type) {
+    case SchedulerType::kNone: return std::make_unique<ConstantLr>(base_lr);
+    case SchedulerType::kWarmupLR:
+      return std::make_unique<LinearWarmupLr>(s.warmup_min_lr, s.warmup_max_lr,
+                                              s.warmup_num_steps);
+    case SchedulerType::kWarmupCosineLR:
+      return std::make_unique<WarmupCosineLr>(s.warmup_min_lr, s.warmup_max_lr,
+                                              s.warmup_num_steps, s.total_num_steps,
+                                              s.cos_min_ratio);
+  }
+  return std::make_unique<ConstantLr>(base_lr);
+}
+
 double SchedulerConfig::LearningRate(int64_t step, double base_lr) const {
-  if (type == SchedulerType::kNone) return base_lr;
-  step = std::max<int64_t>(step, 0);
-  if (step < warmup_num_steps) {
-    double t = static_cast<double>(step) / static_cast<double>(warmup_num_steps);
-    return warmup_min_lr + (warmup_max_lr - warmup_min_lr) * t;
-  }
-  if (type == SchedulerType::kWarmupLR) return warmup_max_lr;
-  double p = 1.0;
-  if (total_num_steps > warmup_num_steps) {
-    p = static_cast<double>(step - warmup_num_steps) /
-        static_cast<double>(total_num_steps - warmup_num_steps);
-    p = std::min(p, 1.0);
-  }
-  double cosine = 0.5 * (1.0 + std::cos(std::numbers::pi * p));
-  return warmup_max_lr * (cos_min_ratio + (1.0 - cos_min_ratio) * cosine);
+  return MakeLrSchedule(*this, base_lr)->At(step);
 }
 
 Status EngineConfig::ValidateForWorld(int dp_world_size) const {

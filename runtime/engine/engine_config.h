@@ -22,10 +22,12 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "optimizers/lr_schedule.h"
 #include "runtime/base/status.h"
 
 namespace zs {
@@ -86,7 +88,9 @@ struct Bf16Config {
   bool operator==(const Bf16Config&) const = default;
 };
 
-enum class OptimizerType { kAdamW, kAdam };  // "AdamW" | "Adam" (case-insensitive)
+// "AdamW" | "Adam" | "SGD" | "Adagrad" | "Lion" (case-insensitive); the update rules are in
+// optimizers/optimizer_spec.h.
+enum class OptimizerType { kAdamW, kAdam, kSgd, kAdagrad, kLion };
 
 struct OptimizerConfig {
   OptimizerType type = OptimizerType::kAdamW;
@@ -95,6 +99,9 @@ struct OptimizerConfig {
   double eps = 1e-8;
   double weight_decay = 0.01;  // applied only to parameters whose spec asks for it
   // "Adam" with weight_decay > 0 adds decay to the gradient (L2); "AdamW" decouples it.
+  double momentum = 0.0;                  // SGD
+  bool nesterov = false;                  // SGD (needs momentum > 0)
+  double initial_accumulator_value = 0.0; // Adagrad
 
   bool operator==(const OptimizerConfig&) const = default;
 };
@@ -124,12 +131,17 @@ struct SchedulerConfig {
   bool operator==(const SchedulerConfig&) const = default;
 };
 
+// How optimizer states are stored (optimizers/optimizer_spec.h, [Note: state layout]).
+enum class OptimizerStateType { kF32, kBF16, kInt8 };  // "fp32" | "bf16" | "int8"
+
 // zerostack's own keys (section "zerostack"), for what DeepSpeed's config does not say.
 struct ZerostackConfig {
   int64_t comm_timeout_ms = 60'000;  // deadline of every collective
   int64_t max_inflight_buckets = 2;  // reduce buckets in flight at once (bucket buffers held)
   int64_t alignment = 16;            // shard alignment in elements (vector width)
   bool prefetch = true;              // stage 3: prefetch from the recorded trace
+  OptimizerStateType optimizer_state_dtype = OptimizerStateType::kF32;
+  int64_t optimizer_threads = 1;     // threads of each rank's CPU optimizer step
 
   bool operator==(const ZerostackConfig&) const = default;
 };
@@ -156,6 +168,10 @@ struct EngineConfig {
 };
 
 // Parses the JSON text of a config; keys not given keep the defaults above.
+// The schedule the `scheduler` section describes (optimizers/lr_schedule.h); `base_lr` is
+// optimizer.params.lr, used when the type is "none".
+std::unique_ptr<LrSchedule> MakeLrSchedule(const SchedulerConfig& scheduler, double base_lr);
+
 StatusOr<EngineConfig> ParseEngineConfig(std::string_view json_text);
 // Reads and parses a file; errors name the path.
 StatusOr<EngineConfig> LoadEngineConfig(const std::string& path);

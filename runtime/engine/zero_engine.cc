@@ -8,7 +8,9 @@
 
 #include <fmt/format.h>
 
-#include "optimizers/adamw_reference.h"
+#include "optimizers/cpu_optimizer.h"
+#include "optimizers/optimizer_spec.h"
+#include "optimizers/state_codec.h"
 #include "runtime/base/check.h"
 #include "runtime/engine/loss_scaler.h"
 #include "runtime/gather/gather_coordinator.h"
@@ -35,8 +37,11 @@ struct UnitState {
   DeviceBuffer params;      // stages 0-2: padded unit; stage 3: this rank's shard (compute dtype)
   DeviceBuffer grads;       // stages 0-1: padded unit; stages 2-3: shard (compute dtype)
   DeviceBuffer master;      // fp32, over the optimizer range
-  DeviceBuffer exp_avg;     // fp32, over the optimizer range
-  DeviceBuffer exp_avg_sq;  // fp32, over the optimizer range
+  // Optimizer states over the optimizer range, created at the first Step (optimizer_spec.h,
+  // [Note: state layout]); int8 states keep their block scales apart.
+  DeviceBuffer state[2];
+  DeviceBuffer state_scale[2];
+  std::vector<WeightDecaySegment> segments;  // cover the optimizer range, shard-relative
   int64_t opt_begin = 0;    // the optimizer range in the unit frame: [opt_begin, +opt_size)
   int64_t opt_size = 0;
   int64_t param_base = 0;   // unit offset of params' first element
@@ -68,7 +73,9 @@ class ZeroEngine::Impl {
  public:
   Impl(const EngineConfig& config, ModelSpec model, Device& device, Communicator& dp)
       : config_(config), model_(std::move(model)), device_(device), dp_(dp),
-        dtype_(ComputeDType(config)), scaler_(config.fp16) {}
+        dtype_(ComputeDType(config)), scaler_(config.fp16),
+        schedule_(MakeLrSchedule(config.scheduler, config.optimizer.lr)),
+        optimizer_(int(config.zerostack.optimizer_threads)) {}
 
   Status Init(const ParamInit& init);
 
@@ -86,6 +93,9 @@ class ZeroEngine::Impl {
   StatusOr<std::vector<double>> AllGatherDouble(double local);
   StatusOr<std::vector<float>> GatherMasterUnit(int unit);
   Status AllGatherUpdatedParams();
+  Status CreateOptimizerStates(int unit);
+  OptimizerHyper Hyper(double lr) const;
+  StateDType state_dtype() const;
   int64_t MicroBatchesPending() const;
 
   const EngineConfig config_;
@@ -94,6 +104,8 @@ class ZeroEngine::Impl {
   Communicator& dp_;
   const DType dtype_;
   LossScaler scaler_;
+  std::unique_ptr<LrSchedule> schedule_;
+  CpuOptimizer optimizer_;
   int64_t step_ = 0;
   std::unique_ptr<Communicator> gather_comm_;
   std::unique_ptr<Communicator> reduce_comm_;
@@ -157,17 +169,27 @@ Status ZeroEngine::Impl::Init(const ParamInit& init) {
                                        MemoryCategory::kGradients, "gradients", unit));
     ZS_ASSIGN_OR_RETURN(s.master, Alloc(s.opt_size, DType::kF32,
                                         MemoryCategory::kOptimizerStates, "master weights", unit));
-    ZS_ASSIGN_OR_RETURN(s.exp_avg, Alloc(s.opt_size, DType::kF32,
-                                         MemoryCategory::kOptimizerStates, "exp_avg", unit));
-    ZS_ASSIGN_OR_RETURN(s.exp_avg_sq, Alloc(s.opt_size, DType::kF32,
-                                            MemoryCategory::kOptimizerStates, "exp_avg_sq", unit));
     // Padding and gaps stay zero in every buffer.
     std::memset(s.params.data(), 0, s.params.size());
     std::memset(s.grads.data(), 0, s.grads.size());
     std::memset(s.master.data(), 0, s.master.size());
-    std::memset(s.exp_avg.data(), 0, s.exp_avg.size());
-    std::memset(s.exp_avg_sq.data(), 0, s.exp_avg_sq.size());
 
+    // Weight decay as metadata: one segment per parameter part in the optimizer range, and
+    // decay-free segments over gaps and padding.
+    {
+      int64_t at = 0;
+      const float wd = float(config_.optimizer.weight_decay);
+      for (int p = 0; p < s.layout.num_params(); ++p) {
+        const UnitRange part = s.layout.ParamRangeInUnit(p).Intersect(
+            UnitRange{UnitOffset(s.opt_begin), UnitOffset(s.opt_begin + s.opt_size)});
+        if (part.empty()) continue;
+        const int64_t b = part.begin.value() - s.opt_begin, e = part.end.value() - s.opt_begin;
+        if (b > at) s.segments.push_back({at, b, 0.0f});
+        s.segments.push_back({b, e, model_.units[u].params[p].weight_decay ? wd : 0.0f});
+        at = e;
+      }
+      if (at < s.opt_size) s.segments.push_back({at, s.opt_size, 0.0f});
+    }
     const int64_t param_size = stage() == 3 ? shard : padded;
     const UnitRange param_range{UnitOffset(s.param_base), UnitOffset(s.param_base + param_size)};
     const UnitRange opt_range{UnitOffset(s.opt_begin), UnitOffset(s.opt_begin + s.opt_size)};
@@ -389,33 +411,33 @@ StatusOr<StepResult> ZeroEngine::Impl::Step() {
   const double clip = config_.gradient_clipping;
   if (clip > 0 && result.grad_norm > clip) result.clip_coef = clip / (result.grad_norm + 1e-6);
   const float grad_scale = float(inv_scale * result.clip_coef);
-  result.lr = config_.scheduler.LearningRate(step_, config_.optimizer.lr);
+  result.lr = schedule_->At(step_);
 
-  AdamWHyper hyper;
-  hyper.lr = float(result.lr);
-  hyper.beta1 = float(config_.optimizer.betas[0]);
-  hyper.beta2 = float(config_.optimizer.betas[1]);
-  hyper.eps = float(config_.optimizer.eps);
-  hyper.decoupled = config_.optimizer.type == OptimizerType::kAdamW;
-  hyper.step = step_ + 1;
+  const OptimizerHyper hyper = Hyper(result.lr);
   for (size_t u = 0; u < units_.size(); ++u) {
     UnitState& s = units_[u];
-    const UnitRange opt_range{UnitOffset(s.opt_begin), UnitOffset(s.opt_begin + s.opt_size)};
-    for (int p = 0; p < s.layout.num_params(); ++p) {
-      const UnitRange part = s.layout.ParamRangeInUnit(p).Intersect(opt_range);
-      if (part.empty()) continue;
-      hyper.weight_decay = model_.units[u].params[p].weight_decay
-                               ? float(config_.optimizer.weight_decay)
-                               : 0.0f;
-      const int64_t at = part.begin.value();
-      AdamWReferenceStep(hyper, s.master.data_as<float>() + (at - s.opt_begin),
-                         s.exp_avg.data_as<float>() + (at - s.opt_begin),
-                         s.exp_avg_sq.data_as<float>() + (at - s.opt_begin),
-                         s.grads.data_as<const char>() + (at - s.grad_base) * elem, dtype_,
-                         grad_scale, s.params.data_as<char>() + (at - s.param_base) * elem,
-                         dtype_, size_t(part.size()));
-    }
     s.reduced = 0;
+    if (s.opt_size == 0) continue;
+    if (!s.state[0] && NumStates(hyper.kind, hyper.beta1) > 0) {
+      ZS_RETURN_IF_ERROR(CreateOptimizerStates(int(u)));
+    }
+    ShardStep shard;
+    shard.n = s.opt_size;
+    shard.master = s.master.data_as<float>();
+    for (int i = 0; i < 2; ++i) {
+      shard.state[i] = s.state[i] ? s.state[i].data() : nullptr;
+      shard.state_scale[i] = s.state_scale[i] ? s.state_scale[i].data_as<float>() : nullptr;
+    }
+    shard.state_dtype = state_dtype();
+    shard.grad = s.grads.data_as<const char>() + (s.opt_begin - s.grad_base) * elem;
+    shard.grad_dtype = dtype_;
+    shard.grad_scale = grad_scale;
+    shard.param_out = s.params.data_as<char>() + (s.opt_begin - s.param_base) * elem;
+    shard.param_dtype = dtype_;
+    shard.segments = s.segments;
+    // The stochastic-rounding stream of this unit and range (bf16 states).
+    shard.seed = (uint64_t(u) << 40) ^ uint64_t(s.opt_begin);
+    optimizer_.Step(hyper, shard);
   }
   // Stages 1 and 2: every rank updated its shard of the resident parameters; gather the rest,
   // in place, unit by unit, with at most allgather_bucket_size elements in flight (at least one
@@ -426,6 +448,67 @@ StatusOr<StepResult> ZeroEngine::Impl::Step() {
   ++step_;
   result.step = step_;
   return result;
+}
+
+StateDType ZeroEngine::Impl::state_dtype() const {
+  switch (config_.zerostack.optimizer_state_dtype) {
+    case OptimizerStateType::kF32: return StateDType::kF32;
+    case OptimizerStateType::kBF16: return StateDType::kBF16;
+    case OptimizerStateType::kInt8: return StateDType::kInt8;
+  }
+  return StateDType::kF32;
+}
+
+OptimizerHyper ZeroEngine::Impl::Hyper(double lr) const {
+  const OptimizerConfig& o = config_.optimizer;
+  OptimizerHyper h;
+  switch (o.type) {
+    case OptimizerType::kAdamW: h.kind = OptimizerKind::kAdamW; break;
+    case OptimizerType::kAdam: h.kind = OptimizerKind::kAdam; break;
+    case OptimizerType::kSgd: h.kind = OptimizerKind::kSgd; break;
+    case OptimizerType::kAdagrad: h.kind = OptimizerKind::kAdagrad; break;
+    case OptimizerType::kLion: h.kind = OptimizerKind::kLion; break;
+  }
+  h.lr = float(lr);
+  h.beta1 = h.kind == OptimizerKind::kSgd ? float(o.momentum) : float(o.betas[0]);
+  h.beta2 = float(o.betas[1]);
+  h.eps = float(o.eps);
+  h.nesterov = o.nesterov;
+  h.initial_accumulator = float(o.initial_accumulator_value);
+  h.step = step_ + 1;
+  return h;
+}
+
+// States are created at the first step (nothing is spent on them before the model has run
+// once), zero except Adagrad's accumulator, which starts at initial_accumulator_value.
+Status ZeroEngine::Impl::CreateOptimizerStates(int unit) {
+  UnitState& s = units_[unit];
+  const OptimizerHyper hyper = Hyper(0.0);
+  const StateDType type = state_dtype();
+  const int64_t n = s.opt_size;
+  for (int i = 0; i < NumStates(hyper.kind, hyper.beta1); ++i) {
+    const int64_t code_bytes = type == StateDType::kInt8 ? n : StateBytes(type, n);
+    auto buffer = device_.Allocate(size_t(code_bytes), kTier, MemoryCategory::kOptimizerStates);
+    if (!buffer.ok()) {
+      return Status(buffer.status().code(),
+                    fmt::format("engine (rank {}): optimizer state {} of unit '{}' ({} bytes): {}",
+                                dp_.rank(), i, model_.units[unit].name, code_bytes,
+                                buffer.status().message()));
+    }
+    s.state[i] = std::move(*buffer);
+    if (type == StateDType::kInt8) {
+      const int64_t blocks = (n + kQuantBlock - 1) / kQuantBlock;
+      ZS_ASSIGN_OR_RETURN(s.state_scale[i], Alloc(blocks, DType::kF32,
+                                                  MemoryCategory::kOptimizerStates,
+                                                  "optimizer state scales", unit));
+    }
+    float initial = hyper.kind == OptimizerKind::kAdagrad ? hyper.initial_accumulator : 0.0f;
+    if (type == StateDType::kInt8 && Int8StoresRoot(hyper.kind, i)) initial = std::sqrt(initial);
+    std::vector<float> values(size_t(n), initial);
+    EncodeState(type, values.data(), 0, n, s.state[i].data(),
+                s.state_scale[i] ? s.state_scale[i].data_as<float>() : nullptr, 0, 0, i);
+  }
+  return OkStatus();
 }
 
 Status ZeroEngine::Impl::AllGatherUpdatedParams() {

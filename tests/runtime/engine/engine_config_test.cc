@@ -83,7 +83,7 @@ constexpr const char* kDeepSpeedExample = R"({
                 "params": {"warmup_min_lr": 0, "warmup_max_lr": 3e-4, "warmup_num_steps": 200,
                            "total_num_steps": 5000, "cos_min_ratio": 0.1}},
   "zerostack": {"comm_timeout_ms": 30000, "max_inflight_buckets": 3, "alignment": 64,
-                "prefetch": false}
+                "prefetch": false, "optimizer_state_dtype": "bf16", "optimizer_threads": 2}
 })";
 
 TEST(EngineConfigTest, DeepSpeedExampleParses) {
@@ -128,6 +128,8 @@ TEST(EngineConfigTest, DeepSpeedExampleParses) {
   EXPECT_EQ(c.zerostack.max_inflight_buckets, 3);
   EXPECT_EQ(c.zerostack.alignment, 64);
   EXPECT_FALSE(c.zerostack.prefetch);
+  EXPECT_EQ(c.zerostack.optimizer_state_dtype, OptimizerStateType::kBF16);
+  EXPECT_EQ(c.zerostack.optimizer_threads, 2);
   // Keys not given keep their defaults.
   EXPECT_EQ(z.reduce_scatter, ZeroConfig{}.reduce_scatter);
   EXPECT_EQ(c.fp16.loss_scale_window, Fp16Config{}.loss_scale_window);
@@ -328,15 +330,22 @@ EngineConfig NonDefaultConfig() {
                  .lr = 0.1 / 3.0,
                  .betas = {0.8, 0.99},
                  .eps = 1.0 / 3e7,
-                 .weight_decay = 0.05};
+                 .weight_decay = 0.05,
+                 .momentum = 0.5,
+                 .nesterov = true,
+                 .initial_accumulator_value = 0.125};
   c.scheduler.type = SchedulerType::kWarmupCosineLR;
   c.scheduler.warmup_min_lr = 1e-5;
   c.scheduler.warmup_max_lr = 2e-3;
   c.scheduler.warmup_num_steps = 17;
   c.scheduler.total_num_steps = 170;
   c.scheduler.cos_min_ratio = 0.3;
-  c.zerostack = {
-      .comm_timeout_ms = 1234, .max_inflight_buckets = 5, .alignment = 128, .prefetch = false};
+  c.zerostack = {.comm_timeout_ms = 1234,
+                 .max_inflight_buckets = 5,
+                 .alignment = 128,
+                 .prefetch = false,
+                 .optimizer_state_dtype = OptimizerStateType::kInt8,
+                 .optimizer_threads = 3};
   return c;
 }
 
@@ -499,6 +508,38 @@ TEST(EngineConfigTest, LoadNamesThePath) {
     EXPECT_EQ(s.code(), StatusCode::kIoError) << s.ToString();
     EXPECT_THAT(s.message(), HasSubstr(locked));
   }
+}
+
+}  // namespace
+}  // namespace zs
+
+namespace zs {
+namespace {
+
+TEST(EngineConfigTest, OptimizerKindsAndTheirKeys) {
+  auto sgd = ParseEngineConfig(
+      R"({"optimizer": {"type": "sgd", "params": {"lr": 0.1, "momentum": 0.9, "nesterov": true}}})");
+  ASSERT_TRUE(sgd.ok()) << sgd.status().ToString();
+  EXPECT_EQ(sgd->optimizer.type, OptimizerType::kSgd);
+  EXPECT_EQ(sgd->optimizer.momentum, 0.9);
+  EXPECT_TRUE(sgd->optimizer.nesterov);
+  auto lion = ParseEngineConfig(R"({"optimizer": {"type": "Lion"}})");
+  ASSERT_TRUE(lion.ok());
+  EXPECT_EQ(lion->optimizer.type, OptimizerType::kLion);
+  auto adagrad = ParseEngineConfig(
+      R"({"optimizer": {"type": "Adagrad", "params": {"initial_accumulator_value": 0.1}}})");
+  ASSERT_TRUE(adagrad.ok());
+  EXPECT_EQ(adagrad->optimizer.initial_accumulator_value, 0.1);
+  auto bad = ParseEngineConfig(R"({"optimizer": {"type": "SGD", "params": {"nesterov": true}}})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("optimizer.params.momentum"), std::string::npos)
+      << bad.status().ToString();
+  auto dtype = ParseEngineConfig(R"({"zerostack": {"optimizer_state_dtype": "fp8"}})");
+  ASSERT_FALSE(dtype.ok());
+  EXPECT_NE(dtype.status().message().find("fp32, bf16, int8"), std::string::npos)
+      << dtype.status().ToString();
+  auto momentum = ParseEngineConfig(R"({"optimizer": {"params": {"momentum": 1.0}}})");
+  EXPECT_FALSE(momentum.ok());
 }
 
 }  // namespace

@@ -181,6 +181,50 @@ TEST(TanhMlp, GradientMatchesFiniteDifferences) {
   }
 }
 
+TEST(ZeroEngine, EveryOptimizerIsBitIdenticalAcrossStages) {
+  for (OptimizerType type : {OptimizerType::kAdam, OptimizerType::kSgd, OptimizerType::kAdagrad,
+                             OptimizerType::kLion}) {
+    std::vector<uint64_t> digests;
+    for (int stage : {0, 2, 3}) {
+      RunSpec spec;
+      spec.world = 3;
+      spec.config = BaseConfig(stage);
+      spec.config.optimizer.type = type;
+      spec.config.optimizer.momentum = type == OptimizerType::kSgd ? 0.9 : 0.0;
+      spec.config.optimizer.nesterov = type == OptimizerType::kSgd;
+      spec.config.optimizer.initial_accumulator_value = 0.1;
+      spec.config.optimizer.betas = {0.9, 0.99};
+      spec.config.optimizer.lr = type == OptimizerType::kLion ? 1e-3 : 1e-2;
+      spec.config.zerostack.optimizer_threads = 2;
+      auto r = Train(spec);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      digests.push_back(r->digest);
+    }
+    EXPECT_EQ(digests[1], digests[0]) << "optimizer " << int(type);
+    EXPECT_EQ(digests[2], digests[0]) << "optimizer " << int(type);
+  }
+}
+
+TEST(ZeroEngine, ReducedPrecisionStatesTrackFp32States) {
+  RunSpec spec;
+  spec.world = 2;
+  spec.steps = 30;
+  spec.micro_batch = 8;
+  spec.config = BaseConfig(3);
+  auto fp32 = Train(spec);
+  ASSERT_TRUE(fp32.ok()) << fp32.status().ToString();
+  for (OptimizerStateType t : {OptimizerStateType::kBF16, OptimizerStateType::kInt8}) {
+    RunSpec low = spec;
+    low.config.zerostack.optimizer_state_dtype = t;
+    auto r = Train(low);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    double a = 0, b = 0;
+    for (int k = 25; k < 30; ++k) a += fp32->losses[k], b += r->losses[k];
+    EXPECT_NEAR(b, a, 0.1 * a) << "state dtype " << int(t);
+    EXPECT_LT(r->losses.back(), r->losses.front());
+  }
+}
+
 TEST(ZeroEngine, LossFalls) {
   RunSpec spec;
   spec.world = 2;

@@ -1,0 +1,255 @@
+// bench_optimizers: the CPU optimizer step (optimizers/cpu_optimizer.h) against the memory
+// floor of the same byte traffic, measured in the same binary and run.
+//
+// For each optimizer x state dtype x shard size x thread count, two benchmarks run back to
+// back on the same arrays:
+//   BM_Floor/...  reads and writes exactly the arrays the step reads and writes, in place,
+//                 with trivial arithmetic (one add per array), over the same tiles and threads:
+//                 no step that moves these bytes can go faster.
+//   BM_Step/...   CpuOptimizer::Step.
+// Counters: bytes_per_second (every byte the step must read and write, SetBytesProcessed),
+// items_per_second (parameters/s), bytes_per_param, and on BM_Step `ratio_to_floor` = the
+// floor's time / the step's time (1.0 = at the memory limit).
+//
+//   build/bin/bench_optimizers --benchmark_filter='/200000000/2/' --benchmark_repetitions=3 \
+//       --benchmark_report_aggregates_only=true
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "optimizers/cpu_optimizer.h"
+#include "optimizers/optimizer_spec.h"
+#include "optimizers/state_codec.h"
+
+namespace zs {
+namespace {
+
+// Page-aligned, first touched by the threads that will use it (tile ownership as in the step).
+struct Array {
+  void* data = nullptr;
+  size_t bytes = 0;
+  explicit Array(size_t b) : bytes(b) { data = std::aligned_alloc(4096, (b + 4095) / 4096 * 4096); }
+  ~Array() { std::free(data); }
+  template <typename T>
+  T* as() const { return static_cast<T*>(data); }
+};
+
+// Runs fn(tile_begin, tile_end) over CpuOptimizer's tiles on `threads` threads (the caller is
+// one of them), claiming tiles dynamically as the optimizer does.
+void ParallelTiles(int threads, int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+  const int64_t tile = CpuOptimizer::kTileElements;
+  const int64_t tiles = (n + tile - 1) / tile;
+  std::atomic<int64_t> next{0};
+  auto work = [&] {
+    for (int64_t t; (t = next.fetch_add(1)) < tiles;) fn(t * tile, std::min(n, (t + 1) * tile));
+  };
+  std::vector<std::thread> helpers;
+  for (int i = 1; i < threads; ++i) helpers.emplace_back(work);
+  work();
+  for (auto& h : helpers) h.join();
+}
+
+struct Shard {
+  OptimizerHyper hyper;
+  StateDType state_dtype;
+  int64_t n;
+  int states;
+  std::unique_ptr<Array> master, grad, param_out, state[2], scale[2];
+  std::vector<WeightDecaySegment> segments;
+  ShardStep step;
+
+  int64_t BytesPerParam() const {
+    // master r+w, grad r (bf16), param_out w (bf16), each state r+w (codes; int8 + scales).
+    double b = 8 + 2 + 2;
+    for (int i = 0; i < states; ++i) b += 2.0 * double(StateBytes(state_dtype, n)) / double(n);
+    return int64_t(b + 0.5);
+  }
+};
+
+std::unique_ptr<Shard> MakeShard(OptimizerKind kind, StateDType type, int64_t n, int threads) {
+  auto s = std::make_unique<Shard>();
+  s->hyper.kind = kind;
+  s->hyper.lr = 1e-3f;
+  s->hyper.beta1 = 0.9f;
+  s->hyper.beta2 = kind == OptimizerKind::kLion ? 0.99f : 0.999f;
+  s->hyper.step = 10;
+  s->state_dtype = type;
+  s->n = n;
+  s->states = NumStates(kind, s->hyper.beta1);
+  s->master = std::make_unique<Array>(size_t(n) * 4);
+  s->grad = std::make_unique<Array>(size_t(n) * 2);
+  s->param_out = std::make_unique<Array>(size_t(n) * 2);
+  for (int i = 0; i < s->states; ++i) {
+    s->state[i] = std::make_unique<Array>(size_t(type == StateDType::kInt8 ? n : StateBytes(type, n)));
+    if (type == StateDType::kInt8) {
+      s->scale[i] = std::make_unique<Array>(size_t((n + kQuantBlock - 1) / kQuantBlock) * 4);
+    }
+  }
+  // Realistic values (never zeros), written by the threads that will use each tile.
+  ParallelTiles(threads, n, [&](int64_t b, int64_t e) {
+    std::vector<float> tmp(size_t(e - b));
+    for (int64_t i = b; i < e; ++i) {
+      const float x = float((i * 2654435761u) % 1000003) / 1000003.0f;
+      s->master->as<float>()[i] = x - 0.5f;
+      s->grad->as<uint16_t>()[i] = uint16_t(std::bit_cast<uint32_t>((x - 0.5f) * 1e-2f) >> 16);
+      tmp[size_t(i - b)] = x * 1e-3f + 1e-6f;
+    }
+    for (int k = 0; k < s->states; ++k) {
+      EncodeState(type, tmp.data(), b, e - b, static_cast<char*>(s->state[k]->data) +
+                  (type == StateDType::kF32 ? 4 : type == StateDType::kBF16 ? 2 : 1) * b,
+                  s->scale[k] ? s->scale[k]->as<float>() + b / kQuantBlock : nullptr, 1, 1, k);
+    }
+  });
+  s->segments = {{0, n / 3, 0.0f}, {n / 3, n, 0.1f}};
+  ShardStep& st = s->step;
+  st.n = n;
+  st.master = s->master->as<float>();
+  for (int i = 0; i < s->states; ++i) {
+    st.state[i] = s->state[i]->data;
+    st.state_scale[i] = s->scale[i] ? s->scale[i]->as<float>() : nullptr;
+  }
+  st.state_dtype = type;
+  st.grad = s->grad->data;
+  st.grad_dtype = DType::kBF16;
+  st.grad_scale = 1.0f;
+  st.param_out = s->param_out->data;
+  st.param_dtype = DType::kBF16;
+  st.segments = s->segments;
+  st.seed = 7;
+  return s;
+}
+
+// The floor: every array the step touches, read and written in place (param_out written only,
+// grad read only), one add each.
+void FloorPass(Shard& s, int threads) {
+  ParallelTiles(threads, s.n, [&](int64_t b, int64_t e) {
+    float* w = s.master->as<float>();
+    const uint16_t* g = s.grad->as<uint16_t>();
+    uint16_t* p = s.param_out->as<uint16_t>();
+    for (int64_t i = b; i < e; ++i) {
+      w[i] += 1.0f;
+      p[i] = uint16_t(g[i] + 1);
+    }
+    for (int k = 0; k < s.states; ++k) {
+      switch (s.state_dtype) {
+        case StateDType::kF32: {
+          float* m = s.state[k]->as<float>();
+          for (int64_t i = b; i < e; ++i) m[i] += 1.0f;
+          break;
+        }
+        case StateDType::kBF16: {
+          uint16_t* m = s.state[k]->as<uint16_t>();
+          for (int64_t i = b; i < e; ++i) m[i] = uint16_t(m[i] + 1);
+          break;
+        }
+        case StateDType::kInt8: {
+          int8_t* m = s.state[k]->as<int8_t>();
+          for (int64_t i = b; i < e; ++i) m[i] = int8_t(m[i] ^ 1);
+          float* sc = s.scale[k]->as<float>();
+          for (int64_t j = b / kQuantBlock; j < (e + kQuantBlock - 1) / kQuantBlock; ++j) sc[j] += 1.0f;
+          break;
+        }
+      }
+    }
+  });
+}
+
+std::map<std::string, double>& FloorSeconds() {
+  static std::map<std::string, double> m;
+  return m;
+}
+
+std::string Key(const benchmark::State& state) {
+  return std::to_string(state.range(0)) + "/" + std::to_string(state.range(1)) + "/" +
+         std::to_string(state.range(2)) + "/" + std::to_string(state.range(3));
+}
+
+void Report(benchmark::State& state, const Shard& s) {
+  const int64_t bpp = s.BytesPerParam();
+  state.SetItemsProcessed(int64_t(state.iterations()) * s.n);
+  state.SetBytesProcessed(int64_t(state.iterations()) * s.n * bpp);
+  state.counters["bytes_per_param"] = double(bpp);
+  state.SetLabel(std::string(OptimizerKindName(s.hyper.kind)) + " " +
+                 std::string(StateDTypeName(s.state_dtype)) + " states, " +
+                 CpuOptimizer::SimdTarget());
+}
+
+// Args: kind, state dtype, parameters, threads.
+void BM_Floor(benchmark::State& state) {
+  auto s = MakeShard(OptimizerKind(state.range(0)), StateDType(state.range(1)), state.range(2),
+                     int(state.range(3)));
+  double total = 0;
+  for (auto _ : state) {
+    auto t0 = std::chrono::steady_clock::now();
+    FloorPass(*s, int(state.range(3)));
+    total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  FloorSeconds()[Key(state)] = total / double(state.iterations());
+  Report(state, *s);
+}
+
+void BM_Step(benchmark::State& state) {
+  const int threads = int(state.range(3));
+  auto s = MakeShard(OptimizerKind(state.range(0)), StateDType(state.range(1)), state.range(2),
+                     threads);
+  CpuOptimizer optimizer(threads);
+  double total = 0;
+  for (auto _ : state) {
+    auto t0 = std::chrono::steady_clock::now();
+    optimizer.Step(s->hyper, s->step);
+    total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++s->hyper.step;
+  }
+  Report(state, *s);
+  if (auto it = FloorSeconds().find(Key(state)); it != FloorSeconds().end()) {
+    state.counters["ratio_to_floor"] = it->second / (total / double(state.iterations()));
+  }
+}
+
+// Floor then step for each configuration, in that order (the ratio needs the floor first).
+void RegisterAll() {
+  const std::vector<std::pair<OptimizerKind, StateDType>> cases = {
+      {OptimizerKind::kAdamW, StateDType::kF32},   {OptimizerKind::kAdamW, StateDType::kBF16},
+      {OptimizerKind::kAdamW, StateDType::kInt8},  {OptimizerKind::kSgd, StateDType::kF32},
+      {OptimizerKind::kAdagrad, StateDType::kF32}, {OptimizerKind::kLion, StateDType::kF32},
+  };
+  for (int64_t params : {50'000'000, 200'000'000}) {
+    for (int threads : {1, 2}) {
+      for (auto [kind, type] : cases) {
+        for (auto* fn : {&BM_Floor, &BM_Step}) {
+          benchmark::RegisterBenchmark(fn == &BM_Floor ? "BM_Floor" : "BM_Step", fn)
+              ->ArgNames({"kind", "state", "params", "threads"})
+              ->Args({int64_t(kind), int64_t(type), params, threads})
+              ->MinTime(0.5)
+              ->UseRealTime()
+              ->Unit(benchmark::kMillisecond);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace zs
+
+int main(int argc, char** argv) {
+  zs::RegisterAll();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,229 @@
+#include "optimizers/cpu_optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "optimizers/optimizer_kernels.h"
+#include "optimizers/state_codec.h"
+#include "runtime/base/check.h"
+
+namespace zs {
+
+static_assert(CpuOptimizer::kTileElements % kQuantBlock == 0,
+              "tiles must start on int8 block boundaries");
+
+// A persistent pool: `threads - 1` workers plus the calling thread claim tiles from one atomic
+// counter. Tile boundaries are fixed, so which thread runs a tile never changes its result.
+class CpuOptimizer::Pool {
+ public:
+  // fn(tile, participant): participant in [0, threads) picks the caller's scratch.
+  using TileFn = std::function<void(int64_t tile, int participant)>;
+
+  explicit Pool(int threads) : threads_(std::max(threads, 1)) {
+    scratch_.resize(threads_);
+    workers_.reserve(threads_ - 1);
+    for (int p = 1; p < threads_; ++p) workers_.emplace_back([this, p] { WorkerLoop(p); });
+  }
+
+  ~Pool() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    for (std::thread& t : workers_) t.join();
+  }
+
+  int threads() const { return threads_; }
+
+  // Scratch for non-fp32 states: 2 * kTileElements floats per participant.
+  float* Scratch(int participant) {
+    std::vector<float>& s = scratch_[participant];
+    if (s.empty()) s.resize(2 * kTileElements);
+    return s.data();
+  }
+
+  // Runs fn on every tile in [0, num_tiles); returns when all are done.
+  void Run(int64_t num_tiles, const TileFn& fn) {
+    if (workers_.empty() || num_tiles <= 1) {
+      for (int64_t t = 0; t < num_tiles; ++t) fn(t, 0);
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      fn_ = &fn;
+      num_tiles_ = num_tiles;
+      next_tile_.store(0, std::memory_order_relaxed);
+      busy_workers_ = static_cast<int>(workers_.size());
+      ++generation_;
+    }
+    wake_.notify_all();
+    ClaimTiles(fn, num_tiles, 0);
+    std::unique_lock<std::mutex> lock(mu_);
+    done_.wait(lock, [this] { return busy_workers_ == 0; });
+    fn_ = nullptr;
+  }
+
+ private:
+  void ClaimTiles(const TileFn& fn, int64_t num_tiles, int participant) {
+    for (;;) {
+      const int64_t t = next_tile_.fetch_add(1, std::memory_order_relaxed);
+      if (t >= num_tiles) return;
+      fn(t, participant);
+    }
+  }
+
+  void WorkerLoop(int participant) {
+    uint64_t seen = 0;
+    for (;;) {
+      const TileFn* fn;
+      int64_t num_tiles;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+        fn = fn_;
+        num_tiles = num_tiles_;
+      }
+      ClaimTiles(*fn, num_tiles, participant);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (--busy_workers_ == 0) done_.notify_one();
+      }
+    }
+  }
+
+  const int threads_;
+  std::vector<std::thread> workers_;
+  std::vector<std::vector<float>> scratch_;  // one per participant; each used by its owner only
+  std::atomic<int64_t> next_tile_{0};
+  std::mutex mu_;
+  std::condition_variable wake_;  // workers: a new generation or stop
+  std::condition_variable done_;  // caller: busy_workers_ reached 0
+  // Guarded by mu_:
+  const TileFn* fn_ = nullptr;
+  int64_t num_tiles_ = 0;
+  int busy_workers_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+};
+
+CpuOptimizer::CpuOptimizer(int threads) : pool_(std::make_unique<Pool>(threads)) {}
+CpuOptimizer::~CpuOptimizer() = default;
+
+int CpuOptimizer::threads() const { return pool_->threads(); }
+
+std::string CpuOptimizer::SimdTarget() { return internal::OptimizerKernelTarget(); }
+
+namespace {
+
+void CheckShard(const OptimizerHyper& h, const ShardStep& s, int num_states) {
+  ZS_CHECK(s.n >= 0, "shard has n = {}", s.n);
+  ZS_CHECK(h.step >= 1, "optimizer step {} (counted from 1)", h.step);
+  if (s.n == 0) return;
+  ZS_CHECK(s.master != nullptr && s.grad != nullptr, "shard of {} elements without master/grad",
+           s.n);
+  for (int k = 0; k < num_states; ++k) {
+    ZS_CHECK(s.state[k] != nullptr, "{} needs state {} (shard of {} elements)",
+             OptimizerKindName(h.kind), k, s.n);
+    ZS_CHECK(s.state_dtype != StateDType::kInt8 || s.state_scale[k] != nullptr,
+             "int8 state {} without scales", k);
+  }
+  ZS_CHECK(!s.segments.empty(), "no weight-decay segments for a shard of {} elements", s.n);
+  int64_t expected = 0;
+  for (const WeightDecaySegment& seg : s.segments) {
+    ZS_CHECK(seg.begin == expected && seg.end >= seg.begin,
+             "weight-decay segment [{}, {}) does not follow [.., {})", seg.begin, seg.end,
+             expected);
+    expected = seg.end;
+  }
+  ZS_CHECK(expected == s.n, "weight-decay segments end at {}, shard has {} elements", expected,
+           s.n);
+}
+
+}  // namespace
+
+void CpuOptimizer::Step(const OptimizerHyper& hyper, const ShardStep& shard) {
+  const int num_states = NumStates(hyper.kind, hyper.beta1);
+  CheckShard(hyper, shard, num_states);
+  if (shard.n == 0) return;
+  const internal::KernelConstants consts = internal::MakeKernelConstants(hyper);
+  const bool fp32_states = shard.state_dtype == StateDType::kF32;
+  const size_t grad_size = DTypeSize(shard.grad_dtype);
+  const size_t out_size = DTypeSize(shard.param_dtype);
+  const std::span<const WeightDecaySegment> segments = shard.segments;
+
+  auto run_tile = [&](int64_t tile, int participant) {
+    const int64_t begin = tile * kTileElements;
+    const int64_t end = std::min(shard.n, begin + kTileElements);
+    const int64_t len = end - begin;
+    float* states[2] = {nullptr, nullptr};
+    float* scratch = fp32_states ? nullptr : pool_->Scratch(participant);
+    for (int k = 0; k < num_states; ++k) {
+      if (fp32_states) {
+        states[k] = static_cast<float*>(shard.state[k]) + begin;
+      } else {
+        // [Note: state layout] codes and scales are addressed from the tile's first element.
+        states[k] = scratch + k * kTileElements;
+        const int64_t code_offset = shard.state_dtype == StateDType::kBF16 ? 2 * begin : begin;
+        const float* scales = shard.state_dtype == StateDType::kInt8
+                                  ? shard.state_scale[k] + begin / kQuantBlock
+                                  : nullptr;
+        DecodeState(shard.state_dtype, static_cast<const uint8_t*>(shard.state[k]) + code_offset,
+                    scales, begin, len, states[k]);
+        if (shard.state_dtype == StateDType::kInt8 && Int8StoresRoot(hyper.kind, k)) {
+          for (int64_t i = 0; i < len; ++i) states[k][i] *= states[k][i];
+        }
+      }
+    }
+    // The first segment that ends after `begin`; split the tile at segment boundaries.
+    auto seg = std::upper_bound(
+        segments.begin(), segments.end(), begin,
+        [](int64_t pos, const WeightDecaySegment& s) { return pos < s.end; });
+    for (int64_t pos = begin; pos < end; ++seg) {
+      const int64_t piece_end = std::min(end, seg->end);
+      if (piece_end <= pos) continue;  // empty segment
+      internal::KernelRange r;
+      r.n = piece_end - pos;
+      r.master = shard.master + pos;
+      r.state0 = states[0] != nullptr ? states[0] + (pos - begin) : nullptr;
+      r.state1 = states[1] != nullptr ? states[1] + (pos - begin) : nullptr;
+      r.grad = static_cast<const uint8_t*>(shard.grad) + pos * grad_size;
+      r.grad_dtype = shard.grad_dtype;
+      r.grad_scale = shard.grad_scale;
+      r.param_out = shard.param_out != nullptr
+                        ? static_cast<uint8_t*>(shard.param_out) + pos * out_size
+                        : nullptr;
+      r.param_dtype = shard.param_dtype;
+      r.weight_decay = seg->weight_decay;
+      internal::RunOptimizerKernel(consts, r);
+      pos = piece_end;
+    }
+    if (!fp32_states) {
+      for (int k = 0; k < num_states; ++k) {
+        const int64_t code_offset = shard.state_dtype == StateDType::kBF16 ? 2 * begin : begin;
+        float* scales = shard.state_dtype == StateDType::kInt8
+                            ? shard.state_scale[k] + begin / kQuantBlock
+                            : nullptr;
+        if (shard.state_dtype == StateDType::kInt8 && Int8StoresRoot(hyper.kind, k)) {
+          for (int64_t i = 0; i < len; ++i) states[k][i] = std::sqrt(states[k][i]);
+        }
+        EncodeState(shard.state_dtype, states[k], begin, len,
+                    static_cast<uint8_t*>(shard.state[k]) + code_offset, scales, shard.seed,
+                    hyper.step, k);
+      }
+    }
+  };
+  const int64_t num_tiles = (shard.n + kTileElements - 1) / kTileElements;
+  pool_->Run(num_tiles, run_tile);
+}
+
+}  // namespace zs

@@ -1,0 +1,579 @@
+#include "optimizers/cpu_optimizer.h"
+
+#include <fmt/ranges.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hwy/targets.h"
+#include "optimizers/adamw_reference.h"
+#include "optimizers/reference_optimizers.h"
+#include "optimizers/state_codec.h"
+
+namespace zs {
+namespace {
+
+// Sanitizer and debug builds run the same checks on fewer and smaller shards.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || !defined(NDEBUG)
+constexpr bool kSlowBuild = true;
+#else
+constexpr bool kSlowBuild = false;
+#endif
+
+constexpr int64_t kTile = CpuOptimizer::kTileElements;
+
+// splitmix64: cheap, deterministic, the same on every platform.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : state_(seed) {}
+  uint64_t Next() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  double Uniform(double lo, double hi) { return lo + (hi - lo) * double(Next() >> 11) * 0x1p-53; }
+  // |x| in [lo, hi], random sign: never zero.
+  double SignedMagnitude(double lo, double hi) {
+    const double m = Uniform(lo, hi);
+    return (Next() & 1) ? m : -m;
+  }
+
+ private:
+  uint64_t state_;
+};
+
+struct KindCase {
+  const char* name;
+  OptimizerKind kind;
+  float beta1;
+  bool nesterov = false;
+};
+
+const KindCase kKinds[] = {
+    {"AdamW", OptimizerKind::kAdamW, 0.9f},      {"Adam", OptimizerKind::kAdam, 0.9f},
+    {"SGD", OptimizerKind::kSgd, 0.0f},          {"SGD-momentum", OptimizerKind::kSgd, 0.9f},
+    {"SGD-nesterov", OptimizerKind::kSgd, 0.9f, true},
+    {"Adagrad", OptimizerKind::kAdagrad, 0.0f},  {"Lion", OptimizerKind::kLion, 0.9f},
+};
+
+OptimizerHyper MakeHyper(const KindCase& k, int64_t step) {
+  OptimizerHyper h;
+  h.kind = k.kind;
+  h.lr = k.kind == OptimizerKind::kLion ? 1e-3f : 1e-2f;
+  h.beta1 = k.beta1;
+  h.beta2 = k.kind == OptimizerKind::kLion ? 0.99f : 0.999f;
+  h.eps = 1e-8f;
+  h.nesterov = k.nesterov;
+  h.step = step;
+  return h;
+}
+
+int StatesOf(const KindCase& k) { return NumStates(k.kind, k.beta1); }
+
+std::string ParamName(std::optional<DType> t) {
+  return t ? std::string(DTypeName(*t)) : std::string("none");
+}
+
+// Segments with different weight decays, one of them empty.
+std::vector<WeightDecaySegment> MakeSegments(int64_t n) {
+  const int64_t a = n / 5, b = n / 2, c = std::min(n, 3 * n / 4 + 1);
+  return {{0, a, 0.1f}, {a, a, 0.5f}, {a, b, 0.0f}, {b, c, 0.05f}, {c, n, 0.01f}};
+}
+
+std::vector<float> PerElementDecay(const std::vector<WeightDecaySegment>& segments, int64_t n) {
+  std::vector<float> wd(n);
+  for (const auto& s : segments) std::fill(wd.begin() + s.begin, wd.begin() + s.end, s.weight_decay);
+  return wd;
+}
+
+// All the buffers of one shard, in their stored dtypes.
+struct Shard {
+  KindCase kind;
+  int64_t n = 0;
+  StateDType state_dtype = StateDType::kF32;
+  DType grad_dtype = DType::kF32;
+  std::optional<DType> param_dtype;
+  uint64_t seed = 0;
+  std::vector<float> master;
+  std::vector<uint8_t> state[2];
+  std::vector<float> scale[2];
+  std::vector<uint8_t> grad;
+  std::vector<uint8_t> param_out;
+  std::vector<WeightDecaySegment> segments;
+
+  Shard(const KindCase& k, int64_t n_, StateDType sd, DType gd, std::optional<DType> pd,
+        uint64_t seed_)
+      : kind(k), n(n_), state_dtype(sd), grad_dtype(gd), param_dtype(pd), seed(seed_) {
+    Rng rng(seed);
+    master.resize(n);
+    for (float& w : master) w = float(rng.SignedMagnitude(0.01, 1.0));
+    for (int s = 0; s < StatesOf(k); ++s) {
+      std::vector<float> v(n);
+      for (float& x : v) x = InitialState(rng, s);
+      if (sd == StateDType::kInt8 && Int8StoresRoot(k.kind, s)) {
+        for (float& x : v) x = std::sqrt(x);  // [Note: int8 second moments]
+      }
+      state[s].resize(StateBytes(sd, n));
+      scale[s].resize((n + kQuantBlock - 1) / kQuantBlock);
+      EncodeState(sd, v.data(), 0, n, state[s].data(), scale[s].data(), seed, 0, s);
+    }
+    grad.resize(n * DTypeSize(gd));
+    if (pd) param_out.assign(n * DTypeSize(*pd), 0xAB);
+    segments = MakeSegments(n);
+  }
+
+  float InitialState(Rng& rng, int s) const {
+    switch (kind.kind) {
+      case OptimizerKind::kAdamW:
+      case OptimizerKind::kAdam:
+        return s == 0 ? float(rng.SignedMagnitude(1e-3, 0.1)) : float(rng.Uniform(1e-3, 0.1));
+      case OptimizerKind::kSgd: return float(rng.SignedMagnitude(0.01, 1.0));
+      case OptimizerKind::kAdagrad: return float(rng.Uniform(0.1, 1.0));
+      case OptimizerKind::kLion: return float(rng.SignedMagnitude(1e-3, 0.1));
+    }
+    return 0.0f;
+  }
+
+  // New random gradients for `step` (the same for every shard built with the same seed).
+  void FillGrad(int64_t step) {
+    Rng rng(seed * 1000003 + uint64_t(step));
+    for (int64_t i = 0; i < n; ++i) {
+      StoreFromFloat(grad.data(), grad_dtype, i, float(rng.SignedMagnitude(0.01, 1.0)));
+    }
+  }
+
+  std::vector<float> Decoded(int s) const {
+    if (s >= StatesOf(kind)) return {};
+    std::vector<float> v(n);
+    DecodeState(state_dtype, state[s].data(), scale[s].data(), 0, n, v.data());
+    if (state_dtype == StateDType::kInt8 && Int8StoresRoot(kind.kind, s)) {
+      for (float& x : v) x *= x;
+    }
+    return v;
+  }
+
+  std::vector<float> GradFloats() const {
+    std::vector<float> g(n);
+    for (int64_t i = 0; i < n; ++i) g[i] = LoadAsFloat(grad.data(), grad_dtype, i);
+    return g;
+  }
+
+  // Elements [begin, end) as their own ShardStep (segments clipped and rebased).
+  ShardStep View(int64_t begin, int64_t end, std::vector<WeightDecaySegment>& segs) {
+    segs.clear();
+    for (const auto& s : segments) {
+      const int64_t b = std::max(s.begin, begin), e = std::min(s.end, end);
+      if (b < e || (s.begin == s.end && s.begin >= begin && s.begin < end)) {
+        segs.push_back({b - begin, std::max(b, e) - begin, s.weight_decay});
+      }
+    }
+    if (segs.empty()) segs.push_back({0, end - begin, 0.0f});
+    ShardStep st;
+    st.n = end - begin;
+    st.master = master.data() + begin;
+    for (int s = 0; s < StatesOf(kind); ++s) {
+      const int64_t bytes = state_dtype == StateDType::kF32 ? 4 : state_dtype == StateDType::kBF16 ? 2 : 1;
+      st.state[s] = state[s].data() + begin * bytes;
+      st.state_scale[s] = scale[s].data() + begin / kQuantBlock;
+    }
+    st.state_dtype = state_dtype;
+    st.grad = grad.data() + begin * DTypeSize(grad_dtype);
+    st.grad_dtype = grad_dtype;
+    st.grad_scale = 0.5f;
+    if (param_dtype) {
+      st.param_out = param_out.data() + begin * DTypeSize(*param_dtype);
+      st.param_dtype = *param_dtype;
+    }
+    st.segments = segs;
+    st.seed = seed;
+    return st;
+  }
+};
+
+// Runs `steps` steps, each split into sub-shards at `cuts` (empty: the whole shard at once).
+void RunSteps(CpuOptimizer& opt, Shard& shard, int64_t first_step, int steps,
+              const std::vector<int64_t>& cuts = {}) {
+  for (int64_t step = first_step; step < first_step + steps; ++step) {
+    shard.FillGrad(step);
+    std::vector<int64_t> bounds = {0};
+    for (int64_t c : cuts) {
+      if (c > bounds.back() && c < shard.n) bounds.push_back(c);
+    }
+    bounds.push_back(shard.n);
+    for (size_t p = 0; p + 1 < bounds.size(); ++p) {
+      std::vector<WeightDecaySegment> segs;
+      opt.Step(MakeHyper(shard.kind, step), shard.View(bounds[p], bounds[p + 1], segs));
+    }
+  }
+}
+
+// Counts mismatches and reports the first few.
+class Mismatches {
+ public:
+  void Add(const std::string& what) {
+    if (++count_ <= 5) ADD_FAILURE() << what;
+  }
+  ~Mismatches() { EXPECT_EQ(count_, 0) << "mismatching elements in total"; }
+
+ private:
+  int64_t count_ = 0;
+};
+
+bool Close(double got, double want, double rel, double abs) {
+  if (std::isnan(want)) return std::isnan(got);
+  return std::isfinite(got) && std::abs(got - want) <= rel * std::abs(want) + abs;
+}
+
+uint16_t Bits16(const std::vector<uint8_t>& buf, int64_t i) {
+  uint16_t b;
+  std::memcpy(&b, buf.data() + 2 * i, 2);
+  return b;
+}
+
+// param_out must be the master rounded to nearest even, bit for bit.
+void CheckParamOut(const Shard& shard, Mismatches& bad) {
+  if (!shard.param_dtype) return;
+  for (int64_t i = 0; i < shard.n; ++i) {
+    const float w = shard.master[i];
+    uint32_t got = 0, want = 0;
+    switch (*shard.param_dtype) {
+      case DType::kF32: {
+        float f;
+        std::memcpy(&f, shard.param_out.data() + 4 * i, 4);
+        got = std::bit_cast<uint32_t>(f);
+        want = std::bit_cast<uint32_t>(w);
+        break;
+      }
+      case DType::kBF16:
+        got = Bits16(shard.param_out, i);
+        want = FloatToBF16(w).bits;
+        break;
+      case DType::kF16:
+        got = Bits16(shard.param_out, i);
+        want = FloatToF16(w).bits;
+        break;
+    }
+    if (got != want) bad.Add(fmt::format("param_out[{}] = {:#x}, rounded master {} = {:#x}", i, got, w, want));
+  }
+}
+
+// One step on `shard` compared with ReferenceStep on the same (decoded) inputs.
+void StepAndCompare(CpuOptimizer& opt, Shard& shard, int64_t step) {
+  const KindCase& k = shard.kind;
+  const OptimizerHyper h = MakeHyper(k, step);
+  shard.FillGrad(step);
+  const std::vector<float> master0 = shard.master;
+  const std::vector<float> s0 = shard.Decoded(0), s1 = shard.Decoded(1);
+  const std::vector<float> g = shard.GradFloats();
+  std::vector<WeightDecaySegment> segs;
+  opt.Step(h, shard.View(0, shard.n, segs));
+  const std::vector<float> wd = PerElementDecay(shard.segments, shard.n);
+  const ReferenceState ref = ReferenceStep(h, master0, s0, s1, g, 0.5f, wd);
+
+  Mismatches bad;
+  const double rel = 1e-5, abs = 1e-6;
+  for (int64_t i = 0; i < shard.n; ++i) {
+    const double want = ref.master[i];
+    const double got = shard.master[i];
+    if (k.kind == OptimizerKind::kLion) {
+      // sign() of a value within rounding of 0 may go either way in float.
+      const double b1 = k.beta1;
+      const double c = b1 * s0[i] + (1.0 - b1) * double(g[i]) * 0.5;
+      if (std::abs(c) <= 1e-5 * (std::abs(b1 * s0[i]) + std::abs((1.0 - b1) * g[i] * 0.5))) continue;
+    }
+    if (!Close(got, want, rel, abs)) bad.Add(fmt::format("master[{}] = {}, reference {}", i, got, want));
+  }
+  // States: float rounding (fp32), the bf16 ulp (stochastic rounding moves at most one ulp) or
+  // half the int8 block scale (round to nearest), plus float rounding.
+  for (int s = 0; s < StatesOf(k); ++s) {
+    const std::vector<float> got = shard.Decoded(s);
+    const std::vector<double>& want = s == 0 ? ref.state0 : ref.state1;
+    // Root states hold sqrt(v) in int8: the code's error e <= max_root / 254 becomes
+    // 2 sqrt(v) e + e^2 in v.
+    const bool root = shard.state_dtype == StateDType::kInt8 && Int8StoresRoot(k.kind, s);
+    std::vector<double> block_max((shard.n + kQuantBlock - 1) / kQuantBlock, 0.0);
+    for (int64_t i = 0; i < shard.n; ++i) {
+      const double stored = root ? std::sqrt(std::max(0.0, want[i])) : std::abs(want[i]);
+      block_max[i / kQuantBlock] = std::max(block_max[i / kQuantBlock], stored);
+    }
+    for (int64_t i = 0; i < shard.n; ++i) {
+      double tol_rel = rel, tol_abs = abs;
+      if (shard.state_dtype == StateDType::kBF16) tol_rel = 0x1p-7 + rel;
+      if (shard.state_dtype == StateDType::kInt8) {
+        const double e = 0.5 * block_max[i / kQuantBlock] / 127 * (1 + 1e-3);
+        tol_abs = (root ? 2 * std::sqrt(std::max(0.0, want[i])) * e + e * e : e) + abs;
+      }
+      if (!Close(got[i], want[i], tol_rel, tol_abs)) {
+        bad.Add(fmt::format("state{}[{}] = {}, reference {}", s, i, got[i], want[i]));
+      }
+    }
+  }
+  CheckParamOut(shard, bad);
+}
+
+std::vector<int64_t> SweepSizes() {
+  if (kSlowBuild) return {1, 7, 33, 1000, kTile + 1};
+  return {1, 7, 33, 1000, kTile + 1, 40001};
+}
+
+const std::optional<DType> kParamDTypes[] = {std::nullopt, DType::kBF16, DType::kF16};
+const DType kGradDTypes[] = {DType::kF32, DType::kBF16, DType::kF16};
+
+TEST(CpuOptimizerTest, MatchesFloat64ReferenceFp32States) {
+  CpuOptimizer opt(1);
+  uint64_t seed = 1;
+  for (const KindCase& k : kKinds) {
+    for (DType gd : kGradDTypes) {
+      for (std::optional<DType> pd : kParamDTypes) {
+        for (int64_t n : SweepSizes()) {
+          if (kSlowBuild && n > kTile && pd == DType::kF16) continue;  // time, not coverage
+          SCOPED_TRACE(fmt::format("{} grad {} param_out {} n {}", k.name, DTypeName(gd),
+                                   ParamName(pd), n));
+          Shard shard(k, n, StateDType::kF32, gd, pd, ++seed);
+          for (int64_t step = 1; step <= 3; ++step) StepAndCompare(opt, shard, step);
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuOptimizerTest, MatchesFloat64ReferenceReducedStates) {
+  CpuOptimizer opt(2);
+  uint64_t seed = 1000;
+  const int64_t sizes[] = {1000, kSlowBuild ? kTile + 300 : 40001};
+  for (const KindCase& k : kKinds) {
+    if (StatesOf(k) == 0) continue;
+    for (StateDType sd : {StateDType::kBF16, StateDType::kInt8}) {
+      for (int64_t n : sizes) {
+        SCOPED_TRACE(fmt::format("{} states {} n {}", k.name, StateDTypeName(sd), n));
+        Shard shard(k, n, sd, DType::kBF16, DType::kBF16, ++seed);
+        for (int64_t step = 1; step <= 3; ++step) StepAndCompare(opt, shard, step);
+      }
+    }
+  }
+}
+
+void ExpectSameBits(const Shard& a, const Shard& b, const std::string& what) {
+  EXPECT_EQ(std::memcmp(a.master.data(), b.master.data(), 4 * a.n), 0) << what << ": master";
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_EQ(a.state[s], b.state[s]) << what << ": state " << s;
+    EXPECT_EQ(a.scale[s], b.scale[s]) << what << ": scales " << s;
+  }
+  EXPECT_EQ(a.param_out, b.param_out) << what << ": param_out";
+}
+
+TEST(CpuOptimizerTest, BitIdenticalAcrossThreadsAndSplits) {
+  CpuOptimizer opt1(1), opt2(2), opt3(3);
+  const int64_t n = kSlowBuild ? kTile + 77 : 40001;
+  struct Dtypes {
+    DType grad;
+    std::optional<DType> param;
+  };
+  const Dtypes combos[] = {{DType::kF32, std::nullopt},
+                           {DType::kBF16, DType::kBF16},
+                           {DType::kF16, DType::kF16},
+                           {DType::kF32, DType::kF32}};
+  uint64_t seed = 5000;
+  for (const KindCase& k : kKinds) {
+    for (const Dtypes& d : combos) {
+      for (StateDType sd : {StateDType::kF32, StateDType::kBF16, StateDType::kInt8}) {
+        if (sd != StateDType::kF32 && (StatesOf(k) == 0 || d.grad != DType::kBF16)) continue;
+        SCOPED_TRACE(fmt::format("{} grad {} param_out {} states {}", k.name, DTypeName(d.grad),
+                                 ParamName(d.param), StateDTypeName(sd)));
+        ++seed;
+        Shard base(k, n, sd, d.grad, d.param, seed);
+        RunSteps(opt1, base, 1, 3);
+        for (CpuOptimizer* opt : {&opt2, &opt3}) {
+          Shard other(k, n, sd, d.grad, d.param, seed);
+          RunSteps(*opt, other, 1, 3);
+          ExpectSameBits(base, other, fmt::format("{} threads", opt->threads()));
+        }
+        // Sub-shards start tiles elsewhere: any cut for fp32 states, block-aligned cuts for
+        // int8 (bf16 states key their rounding on the shard index, so they are not cut).
+        std::vector<std::vector<int64_t>> cut_sets;
+        if (sd == StateDType::kF32) cut_sets = {{1}, {7, 16383}, {kTile - 3, kTile + 5, 20001}};
+        if (sd == StateDType::kF32 && kSlowBuild) cut_sets = {{7, kTile - 3, kTile + 5}};
+        if (sd == StateDType::kInt8) cut_sets = {{kQuantBlock}, {kTile + 2 * kQuantBlock}};
+        for (const auto& cuts : cut_sets) {
+          Shard other(k, n, sd, d.grad, d.param, seed);
+          RunSteps(opt2, other, 1, 3, cuts);
+          ExpectSameBits(base, other, fmt::format("cut at {}", fmt::join(cuts, ",")));
+        }
+      }
+    }
+  }
+}
+
+// Every SIMD target compiled in and supported by this CPU gives the same bits.
+TEST(CpuOptimizerTest, AllSimdTargetsAgree) {
+  const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
+  const int64_t n = 1000 + 13;
+  uint64_t seed = 9000;
+  for (const KindCase& k : kKinds) {
+    for (DType gd : kGradDTypes) {
+      ++seed;
+      const std::optional<DType> pd = gd == DType::kF32 ? std::nullopt : std::optional<DType>(gd);
+      std::optional<Shard> base;
+      std::string base_target;
+      for (int64_t target : targets) {
+        hwy::SetSupportedTargetsForTest(target);
+        CpuOptimizer opt(1);
+        Shard shard(k, n, StateDType::kF32, gd, pd, seed);
+        RunSteps(opt, shard, 1, 2);
+        if (&k == &kKinds[0] && gd == DType::kF32) {
+          std::printf("pinned %s: kernels run %s\n", hwy::TargetName(target),
+                      CpuOptimizer::SimdTarget().c_str());
+        }
+        if (!base) {
+          base.emplace(shard);
+          base_target = CpuOptimizer::SimdTarget();
+        } else {
+          ExpectSameBits(*base, shard,
+                         fmt::format("{} grad {}: {} vs {}", k.name, DTypeName(gd),
+                                     CpuOptimizer::SimdTarget(), base_target));
+        }
+      }
+      hwy::SetSupportedTargetsForTest(0);
+    }
+  }
+}
+
+// param_out conversions and gradient loads agree with runtime/base/dtype.h on every bit
+// pattern that matters: SGD with lr = 0 leaves the master as is (param_out = round(master)); SGD
+// with lr = 1 from w = 0 gives w = -g exactly (the gradient as loaded).
+TEST(CpuOptimizerTest, ConversionsMatchScalarDtype) {
+  const KindCase sgd{"SGD", OptimizerKind::kSgd, 0.0f};
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    CpuOptimizer opt(2);
+    SCOPED_TRACE(CpuOptimizer::SimdTarget());
+    // Rounding: random bit patterns plus the edges of both formats.
+    std::vector<float> values = {0.0f, -0.0f, std::numeric_limits<float>::infinity(),
+                                 -std::numeric_limits<float>::infinity(),
+                                 std::numeric_limits<float>::quiet_NaN(), -std::nanf("0x123"),
+                                 std::bit_cast<float>(0x7f800001u), 65504.0f, 65519.99f, 65520.0f,
+                                 1e-8f, 5.96e-8f, 2.98e-8f, 6.1e-5f, 6.097e-5f, 1e-40f, 3e38f};
+    for (float v : {1.0f, 1.5f, 2.0f, 0.1f}) {
+      const uint32_t u = std::bit_cast<uint32_t>(v);
+      for (uint32_t d : {0x7fffu, 0x8000u, 0x8001u, 0x17fffu, 0x18000u, 0xfffu, 0x1000u, 0x1001u,
+                         0x3000u}) {
+        values.push_back(std::bit_cast<float>(u + d));
+      }
+    }
+    Rng rng(77);
+    while (values.size() < 20011) values.push_back(std::bit_cast<float>(uint32_t(rng.Next())));
+    for (DType pd : {DType::kBF16, DType::kF16, DType::kF32}) {
+      Shard shard(sgd, int64_t(values.size()), StateDType::kF32, DType::kF32, pd, 1);
+      shard.master = values;
+      std::fill(shard.grad.begin(), shard.grad.end(), 0);  // finite: w - 0 * g = w
+      shard.segments = {{0, shard.n, 0.0f}};
+      OptimizerHyper h = MakeHyper(sgd, 1);
+      h.lr = 0.0f;
+      std::vector<WeightDecaySegment> segs;
+      opt.Step(h, shard.View(0, shard.n, segs));
+      Mismatches bad;
+      CheckParamOut(shard, bad);
+    }
+    // Gradient loads: all 65536 patterns of bf16 and f16.
+    for (DType gd : {DType::kBF16, DType::kF16}) {
+      Shard shard(sgd, 65536, StateDType::kF32, gd, std::nullopt, 1);
+      for (int64_t i = 0; i < shard.n; ++i) {
+        const uint16_t b = uint16_t(i);
+        std::memcpy(shard.grad.data() + 2 * i, &b, 2);
+      }
+      std::fill(shard.master.begin(), shard.master.end(), 0.0f);
+      shard.segments = {{0, shard.n, 0.0f}};
+      OptimizerHyper h = MakeHyper(sgd, 1);
+      h.lr = 1.0f;
+      std::vector<WeightDecaySegment> segs;
+      ShardStep st = shard.View(0, shard.n, segs);
+      st.grad_scale = 1.0f;
+      opt.Step(h, st);
+      Mismatches bad;
+      for (int64_t i = 0; i < shard.n; ++i) {
+        const float want = LoadAsFloat(shard.grad.data(), gd, i);
+        const float got = -shard.master[i];
+        if (std::isnan(want) ? !std::isnan(got) : got != want) {
+          bad.Add(fmt::format("{} grad {:#06x}: loaded {}, expected {}", DTypeName(gd), i, got, want));
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+// AdamW and Adam keep the scalar engine reference's operation order, so they agree with it bit
+// for bit (where the compiler did not fuse the reference's multiply-adds).
+TEST(CpuOptimizerTest, AdamBitIdenticalToScalarEngineReference) {
+#if defined(__FMA__) || defined(__aarch64__)
+  GTEST_SKIP() << "adamw_reference.cc may be compiled with fused multiply-adds here";
+#endif
+  CpuOptimizer opt(2);
+  uint64_t seed = 7000;
+  for (const KindCase& k : {kKinds[0], kKinds[1]}) {
+    for (DType gd : kGradDTypes) {
+      SCOPED_TRACE(fmt::format("{} grad {}", k.name, DTypeName(gd)));
+      const int64_t n = kTile + 333;
+      Shard kernel(k, n, StateDType::kF32, gd, DType::kBF16, ++seed);
+      Shard scalar(k, n, StateDType::kF32, gd, DType::kBF16, seed);
+      for (int64_t step = 1; step <= 3; ++step) {
+        RunSteps(opt, kernel, step, 1);
+        scalar.FillGrad(step);
+        const OptimizerHyper h = MakeHyper(k, step);
+        for (const WeightDecaySegment& seg : scalar.segments) {
+          AdamWHyper a;
+          a.lr = h.lr;
+          a.beta1 = h.beta1;
+          a.beta2 = h.beta2;
+          a.eps = h.eps;
+          a.weight_decay = seg.weight_decay;
+          a.decoupled = k.kind == OptimizerKind::kAdamW;
+          a.step = step;
+          const int64_t b = seg.begin;
+          AdamWReferenceStep(a, scalar.master.data() + b,
+                             reinterpret_cast<float*>(scalar.state[0].data()) + b,
+                             reinterpret_cast<float*>(scalar.state[1].data()) + b,
+                             scalar.grad.data() + b * DTypeSize(gd), gd, 0.5f,
+                             scalar.param_out.data() + 2 * b, DType::kBF16,
+                             size_t(seg.end - seg.begin));
+        }
+      }
+      ExpectSameBits(kernel, scalar, "kernel vs AdamWReferenceStep");
+    }
+  }
+}
+
+TEST(CpuOptimizerTest, EmptyShardAndNames) {
+  CpuOptimizer opt(3);
+  EXPECT_EQ(opt.threads(), 3);
+  ShardStep empty;
+  opt.Step(MakeHyper(kKinds[0], 1), empty);  // nothing to do, nothing touched
+  EXPECT_EQ(OptimizerKindName(OptimizerKind::kAdamW), "AdamW");
+  EXPECT_EQ(OptimizerKindName(OptimizerKind::kLion), "Lion");
+  EXPECT_EQ(StateDTypeName(StateDType::kInt8), "int8");
+  EXPECT_FALSE(CpuOptimizer::SimdTarget().empty());
+}
+
+TEST(CpuOptimizerDeathTest, SegmentsMustCoverTheShard) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  Shard shard(kKinds[0], 100, StateDType::kF32, DType::kF32, std::nullopt, 3);
+  std::vector<WeightDecaySegment> segs;
+  ShardStep st = shard.View(0, 100, segs);
+  const WeightDecaySegment short_segs[] = {{0, 50, 0.1f}};
+  st.segments = short_segs;
+  EXPECT_DEATH(CpuOptimizer(1).Step(MakeHyper(kKinds[0], 1), st), "segments end at 50");
+  st = shard.View(0, 100, segs);
+  st.state[1] = nullptr;
+  EXPECT_DEATH(CpuOptimizer(1).Step(MakeHyper(kKinds[0], 1), st), "needs state 1");
+}
+
+}  // namespace
+}  // namespace zs
