@@ -48,6 +48,7 @@ test-tsan: setup
 bench: build
 	$(BUILD)/bin/bench_comm
 	$(BUILD)/bin/bench_zero --benchmark_counters_tabular=true --benchmark_format=json --benchmark_out=$(BUILD)/bench_zero.json
+	$(BUILD)/bin/bench_optimizers --benchmark_counters_tabular=true --benchmark_format=json --benchmark_out=$(BUILD)/bench_optimizers.json
 
 # docs/zero_memory.png from the last `make bench` (matplotlib is installed for the user if missing).
 bench-plot:

@@ -16,9 +16,9 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <chrono>
-#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
@@ -44,7 +44,9 @@ struct Array {
   explicit Array(size_t b) : bytes(b) { data = std::aligned_alloc(4096, (b + 4095) / 4096 * 4096); }
   ~Array() { std::free(data); }
   template <typename T>
-  T* as() const { return static_cast<T*>(data); }
+  T* as() const {
+    return static_cast<T*>(data);
+  }
 };
 
 // Runs fn(tile_begin, tile_end) over CpuOptimizer's tiles on `threads` threads (the caller is
@@ -93,7 +95,8 @@ std::unique_ptr<Shard> MakeShard(OptimizerKind kind, StateDType type, int64_t n,
   s->grad = std::make_unique<Array>(size_t(n) * 2);
   s->param_out = std::make_unique<Array>(size_t(n) * 2);
   for (int i = 0; i < s->states; ++i) {
-    s->state[i] = std::make_unique<Array>(size_t(type == StateDType::kInt8 ? n : StateBytes(type, n)));
+    s->state[i] =
+        std::make_unique<Array>(size_t(type == StateDType::kInt8 ? n : StateBytes(type, n)));
     if (type == StateDType::kInt8) {
       s->scale[i] = std::make_unique<Array>(size_t((n + kQuantBlock - 1) / kQuantBlock) * 4);
     }
@@ -109,8 +112,11 @@ std::unique_ptr<Shard> MakeShard(OptimizerKind kind, StateDType type, int64_t n,
       tmp[size_t(i - b)] = x * 1e-3f + 1e-6f;
     }
     for (int k = 0; k < s->states; ++k) {
-      EncodeState(type, tmp.data(), b, e - b, static_cast<char*>(s->state[k]->data) +
-                  (type == StateDType::kF32 ? 4 : type == StateDType::kBF16 ? 2 : 1) * b,
+      EncodeState(type, tmp.data(), b, e - b,
+                  static_cast<char*>(s->state[k]->data) + (type == StateDType::kF32    ? 4
+                                                           : type == StateDType::kBF16 ? 2
+                                                                                       : 1) *
+                                                              b,
                   s->scale[k] ? s->scale[k]->as<float>() + b / kQuantBlock : nullptr, 1, 1, k);
     }
   });
@@ -172,9 +178,15 @@ void FloorTile(Shard& s, int64_t b, int64_t e) {
 void FloorPass(Shard& s, int threads) {
   ParallelTiles(threads, s.n, [&](int64_t b, int64_t e) {
     switch (s.state_dtype) {
-      case StateDType::kF32: FloorTile<float>(s, b, e); break;
-      case StateDType::kBF16: FloorTile<uint16_t>(s, b, e); break;
-      case StateDType::kInt8: FloorTile<int8_t>(s, b, e); break;
+      case StateDType::kF32:
+        FloorTile<float>(s, b, e);
+        break;
+      case StateDType::kBF16:
+        FloorTile<uint16_t>(s, b, e);
+        break;
+      case StateDType::kInt8:
+        FloorTile<int8_t>(s, b, e);
+        break;
     }
   });
 }
@@ -216,8 +228,8 @@ void BM_Floor(benchmark::State& state) {
 
 void BM_Step(benchmark::State& state) {
   const int threads = int(state.range(3));
-  auto s = MakeShard(OptimizerKind(state.range(0)), StateDType(state.range(1)), state.range(2),
-                     threads);
+  auto s =
+      MakeShard(OptimizerKind(state.range(0)), StateDType(state.range(1)), state.range(2), threads);
   CpuOptimizer optimizer(threads);
   optimizer.Step(s->hyper, s->step);  // warm-up, as BM_Floor
   ++s->hyper.step;

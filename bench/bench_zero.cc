@@ -126,8 +126,8 @@ void BM_ZeroStep(benchmark::State& state) {
   });
   state.counters["gathered_bytes"] = max_over_ranks(peak(MemoryCategory::kGatheredParameters));
   state.counters["comm_buffer_bytes"] = max_over_ranks(peak(MemoryCategory::kCommBuffers));
-  state.counters["device_peak_bytes"] = max_over_ranks(
-      [](const MemorySnapshot& snap) { return snap.TierPeak(MemoryTier::kDevice); });
+  state.counters["device_peak_bytes"] =
+      max_over_ranks([](const MemorySnapshot& snap) { return snap.TierPeak(MemoryTier::kDevice); });
   state.counters["median_step_s"] = median;
   state.counters["world"] = world;
   state.counters["stage"] = stage;

@@ -1,5 +1,6 @@
-// AdamW (and Adam) on one contiguous range of a shard: the scalar reference the engine uses
-// until the fused SIMD kernels land, and the baseline those kernels are checked against.
+// AdamW (and Adam) on one contiguous range of a shard, in plain scalar float: the baseline the
+// SIMD kernels (cpu_optimizer.h) are checked against bit for bit where the compiler does not
+// contract to FMA. The engine steps with CpuOptimizer.
 //
 // Contract
 // - Updates n elements in place: the fp32 master weights, the first and second moments (fp32),

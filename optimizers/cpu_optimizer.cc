@@ -1,8 +1,8 @@
 #include "optimizers/cpu_optimizer.h"
 
 #include <algorithm>
-#include <cmath>
 #include <atomic>
+#include <cmath>
 #include <condition_variable>
 #include <cstddef>
 #include <functional>
@@ -165,37 +165,51 @@ void CpuOptimizer::Step(const OptimizerHyper& hyper, const ShardStep& shard) {
     const int64_t begin = tile * kTileElements;
     const int64_t end = std::min(shard.n, begin + kTileElements);
     const int64_t len = end - begin;
-    float* states[2] = {nullptr, nullptr};
-    float* scratch = fp32_states ? nullptr : pool_->Scratch(participant);
+    // fp32 states are updated in place and bf16 states in registers ([Note: fused bf16
+    // states] in optimizer_kernels.cc); int8 states go through per-thread fp32 scratch.
+    const bool bf16_states = shard.state_dtype == StateDType::kBF16;
+    const bool scratch_states = !fp32_states && !bf16_states;
+    void* states[2] = {nullptr, nullptr};
+    size_t state_size = bf16_states ? sizeof(uint16_t) : sizeof(float);
+    float* scratch = scratch_states ? pool_->Scratch(participant) : nullptr;
     for (int k = 0; k < num_states; ++k) {
-      if (fp32_states) {
-        states[k] = static_cast<float*>(shard.state[k]) + begin;
+      if (!scratch_states) {
+        states[k] = static_cast<uint8_t*>(shard.state[k]) + begin * state_size;
       } else {
         // [Note: state layout] codes and scales are addressed from the tile's first element.
-        states[k] = scratch + k * kTileElements;
-        const int64_t code_offset = shard.state_dtype == StateDType::kBF16 ? 2 * begin : begin;
-        const float* scales = shard.state_dtype == StateDType::kInt8
-                                  ? shard.state_scale[k] + begin / kQuantBlock
-                                  : nullptr;
-        DecodeState(shard.state_dtype, static_cast<const uint8_t*>(shard.state[k]) + code_offset,
-                    scales, begin, len, states[k]);
-        if (shard.state_dtype == StateDType::kInt8 && Int8StoresRoot(hyper.kind, k)) {
-          for (int64_t i = 0; i < len; ++i) states[k][i] *= states[k][i];
+        float* decoded = scratch + k * kTileElements;
+        states[k] = decoded;
+        DecodeState(shard.state_dtype, static_cast<const uint8_t*>(shard.state[k]) + begin,
+                    shard.state_scale[k] + begin / kQuantBlock, begin, len, decoded);
+        if (Int8StoresRoot(hyper.kind, k)) {
+          for (int64_t i = 0; i < len; ++i) decoded[i] *= decoded[i];
         }
       }
     }
     // The first segment that ends after `begin`; split the tile at segment boundaries.
-    auto seg = std::upper_bound(
-        segments.begin(), segments.end(), begin,
-        [](int64_t pos, const WeightDecaySegment& s) { return pos < s.end; });
+    auto seg =
+        std::upper_bound(segments.begin(), segments.end(), begin,
+                         [](int64_t pos, const WeightDecaySegment& s) { return pos < s.end; });
     for (int64_t pos = begin; pos < end; ++seg) {
       const int64_t piece_end = std::min(end, seg->end);
       if (piece_end <= pos) continue;  // empty segment
       internal::KernelRange r;
       r.n = piece_end - pos;
       r.master = shard.master + pos;
-      r.state0 = states[0] != nullptr ? states[0] + (pos - begin) : nullptr;
-      r.state1 = states[1] != nullptr ? states[1] + (pos - begin) : nullptr;
+      r.state0 = states[0] != nullptr
+                     ? static_cast<uint8_t*>(states[0]) + (pos - begin) * state_size
+                     : nullptr;
+      r.state1 = states[1] != nullptr
+                     ? static_cast<uint8_t*>(states[1]) + (pos - begin) * state_size
+                     : nullptr;
+      if (bf16_states) {
+        // Tiles never straddle a 2^32 index boundary (kTileElements divides 2^32).
+        r.bf16_states = true;
+        r.index_lo = static_cast<uint32_t>(pos);
+        for (int k = 0; k < num_states; ++k) {
+          r.sr_key[k] = sr::MakeSrKey(shard.seed, hyper.step, k, static_cast<uint32_t>(pos >> 32));
+        }
+      }
       r.grad = static_cast<const uint8_t*>(shard.grad) + pos * grad_size;
       r.grad_dtype = shard.grad_dtype;
       r.grad_scale = shard.grad_scale;
@@ -207,18 +221,15 @@ void CpuOptimizer::Step(const OptimizerHyper& hyper, const ShardStep& shard) {
       internal::RunOptimizerKernel(consts, r);
       pos = piece_end;
     }
-    if (!fp32_states) {
+    if (scratch_states) {
       for (int k = 0; k < num_states; ++k) {
-        const int64_t code_offset = shard.state_dtype == StateDType::kBF16 ? 2 * begin : begin;
-        float* scales = shard.state_dtype == StateDType::kInt8
-                            ? shard.state_scale[k] + begin / kQuantBlock
-                            : nullptr;
-        if (shard.state_dtype == StateDType::kInt8 && Int8StoresRoot(hyper.kind, k)) {
-          for (int64_t i = 0; i < len; ++i) states[k][i] = std::sqrt(states[k][i]);
+        float* decoded = static_cast<float*>(states[k]);
+        if (Int8StoresRoot(hyper.kind, k)) {
+          for (int64_t i = 0; i < len; ++i) decoded[i] = std::sqrt(decoded[i]);
         }
-        EncodeState(shard.state_dtype, states[k], begin, len,
-                    static_cast<uint8_t*>(shard.state[k]) + code_offset, scales, shard.seed,
-                    hyper.step, k);
+        EncodeState(shard.state_dtype, decoded, begin, len,
+                    static_cast<uint8_t*>(shard.state[k]) + begin,
+                    shard.state_scale[k] + begin / kQuantBlock, shard.seed, hyper.step, k);
       }
     }
   };

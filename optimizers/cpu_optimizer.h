@@ -9,9 +9,10 @@
 // - Work is cut into tiles of kTileElements (a multiple of kQuantBlock) handed to the pool's
 //   threads; [Note: bit-identical splits] in optimizer_spec.h makes the result independent of
 //   the thread count and of the tiling. Step blocks the calling thread until every tile is done.
-// - Non-fp32 states are decoded tile by tile into fp32 scratch, updated, and encoded back
-//   (bf16: stochastic rounding; int8: per-block symmetric scale), so each state byte is read
-//   and written once.
+// - fp32 states are updated in place; bf16 states are widened, updated and stochastically
+//   rounded in registers ([Note: fused bf16 states] in optimizer_kernels.cc); int8 states are
+//   decoded tile by tile into per-thread fp32 scratch, updated and encoded back (per-block
+//   symmetric scale). Each state byte in memory is read and written once.
 // - Threads: `threads` threads run the tiles: threads - 1 workers created at construction plus
 //   the caller (0 or 1 = the caller alone). One Step at a time per object; different objects
 //   are independent.

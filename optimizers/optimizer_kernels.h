@@ -1,5 +1,5 @@
-// Internal to zs_optimizers: the Highway-vectorized update of one contiguous range with fp32
-// states and one weight decay, the leaf that CpuOptimizer (cpu_optimizer.cc) calls per tile and
+// Internal to zs_optimizers: the Highway-vectorized update of one contiguous range with fp32 or
+// bf16 states and one weight decay, the leaf that CpuOptimizer (cpu_optimizer.cc) calls per tile and
 // per weight-decay segment.
 //
 // Contract
@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "optimizers/optimizer_spec.h"
+#include "optimizers/stochastic_rounding.h"
 #include "runtime/base/dtype.h"
 
 namespace zs::internal {
@@ -41,8 +42,13 @@ KernelConstants MakeKernelConstants(const OptimizerHyper& hyper);
 struct KernelRange {
   int64_t n = 0;
   float* master = nullptr;
-  float* state0 = nullptr;  // fp32; null when the kind has no state 0
-  float* state1 = nullptr;  // fp32; null when the kind has no state 1
+  // States: fp32, or bf16 codes when bf16_states (decoded and stochastically rounded in
+  // registers: [Note: fused bf16 states] in optimizer_kernels.cc). Null when the kind lacks one.
+  void* state0 = nullptr;
+  void* state1 = nullptr;
+  bool bf16_states = false;
+  sr::SrKey sr_key[2];     // bf16 states: the key of each state's run of indices
+  uint32_t index_lo = 0;   // bf16 states: low 32 bits of element 0's shard index
   const void* grad = nullptr;
   DType grad_dtype = DType::kF32;
   float grad_scale = 1.0f;

@@ -1,13 +1,8 @@
 // State codecs (state_codec.h): Highway kernels compiled for every target in HWY_TARGETS and
 // picked at run time with HWY_DYNAMIC_DISPATCH.
 //
-// [Note: stochastic rounding bits] The random 16 bits for element `index` are
-//   key    = splitmix64 chain over (state_index, index >> 32), step and seed   (64 bits: k1, k2)
-//   bits   = fmix32(fmix32(uint32(index) ^ k1) + k2) >> 16                     (murmur3 fmix32)
-// The 64-bit key is constant over any run of indices that share their high 32 bits, so the
-// kernels compute it once per such segment in scalar code and run the per-element part in
-// 32-bit integer lanes. StochasticRoundingBits evaluates the same formula one element at a time,
-// so the SIMD and scalar results agree bit for bit (the tests check it on every target).
+// [Note: stochastic rounding bits] is in stochastic_rounding.h: the bits are shared with the
+// fused optimizer kernels.
 //
 // Every kernel processes whole vectors, then finishes the remainder with a one-lane descriptor
 // running the same Highway ops, so a tail element is computed exactly like a vector element.
@@ -16,6 +11,7 @@
 #define HWY_TARGET_INCLUDE "optimizers/state_codec.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "optimizers/stochastic_rounding-inl.h"
 
 #ifndef ZS_OPTIMIZERS_STATE_CODEC_CC_HELPERS_
 #define ZS_OPTIMIZERS_STATE_CODEC_CC_HELPERS_
@@ -24,40 +20,13 @@
 #include <cstring>
 
 #include "optimizers/optimizer_spec.h"
+#include "optimizers/stochastic_rounding.h"
 
 namespace zs::state_codec_internal {
 
-inline constexpr uint64_t SplitMix64(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-inline constexpr uint32_t Fmix32(uint32_t h) {
-  h ^= h >> 16;
-  h *= 0x85ebca6bu;
-  h ^= h >> 13;
-  h *= 0xc2b2ae35u;
-  h ^= h >> 16;
-  return h;
-}
-
-// The per-segment key of [Note: stochastic rounding bits]; `index_hi` = index >> 32.
-struct SrKey {
-  uint32_t k1;
-  uint32_t k2;
-};
-inline constexpr SrKey MakeSrKey(uint64_t seed, int64_t step, int state_index, uint32_t index_hi) {
-  uint64_t h = SplitMix64((uint64_t{index_hi} << 32) | static_cast<uint32_t>(state_index));
-  h = SplitMix64(h ^ static_cast<uint64_t>(step));
-  h = SplitMix64(h ^ seed);
-  return SrKey{static_cast<uint32_t>(h), static_cast<uint32_t>(h >> 32)};
-}
-
-inline constexpr uint32_t SrBits(SrKey key, uint32_t index_lo) {
-  return Fmix32(Fmix32(index_lo ^ key.k1) + key.k2) >> 16;
-}
+using sr::MakeSrKey;
+using sr::SrBits;
+using sr::SrKey;
 
 }  // namespace zs::state_codec_internal
 
@@ -67,15 +36,6 @@ HWY_BEFORE_NAMESPACE();
 namespace zs::state_codec_internal {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-template <class DU>
-HWY_INLINE hn::Vec<DU> Fmix32V(DU du, hn::Vec<DU> h) {
-  h = hn::Xor(h, hn::ShiftRight<16>(h));
-  h = hn::Mul(h, hn::Set(du, 0x85ebca6bu));
-  h = hn::Xor(h, hn::ShiftRight<13>(h));
-  h = hn::Mul(h, hn::Set(du, 0xc2b2ae35u));
-  return hn::Xor(h, hn::ShiftRight<16>(h));
-}
 
 // ---- bf16 -------------------------------------------------------------------------------------
 
@@ -107,27 +67,12 @@ HWY_INLINE size_t EncodeBF16Lanes(DF df, const float* src, size_t count, uint16_
   const hn::RebindToSigned<DF> di;
   const hn::Rebind<uint16_t, DF> du16;
   const size_t lanes = hn::Lanes(df);
-  const auto k1 = hn::Set(du, key.k1);
-  const auto k2 = hn::Set(du, key.k2);
-  const auto exp_mask = hn::Set(du, 0x7f800000u);
-  const auto mant_mask = hn::Set(du, 0x007fffffu);
-  const auto quiet_bit = hn::Set(du, 0x0040u);  // bf16's top mantissa bit
   const auto iota = hn::Iota(du, 0);
   size_t i = 0;
   for (; i + lanes <= count; i += lanes) {
     const auto u = hn::BitCast(du, hn::LoadU(df, src + i));
     const auto idx = hn::Add(iota, hn::Set(du, static_cast<uint32_t>(index_lo + i)));
-    const auto r = hn::ShiftRight<16>(Fmix32V(du, hn::Add(Fmix32V(du, hn::Xor(idx, k1)), k2)));
-    // Finite: |bits| <= 0x7f7fffff, so bits + r cannot carry into the sign bit; at worst the
-    // magnitude reaches 0x7f80xxxx, which truncates to inf (never NaN).
-    const auto rounded = hn::ShiftRight<16>(hn::Add(u, r));
-    // Inf keeps its truncated bits; NaN additionally gets the quiet bit so that a payload held
-    // only in the low 16 bits does not truncate to inf.
-    const auto is_nan_payload = hn::Ne(hn::And(u, mant_mask), hn::Zero(du));
-    const auto special =
-        hn::Or(hn::ShiftRight<16>(u), hn::IfThenElseZero(is_nan_payload, quiet_bit));
-    const auto is_special = hn::Eq(hn::And(u, exp_mask), exp_mask);
-    const auto bits = hn::IfThenElse(is_special, special, rounded);
+    const auto bits = sr::HWY_NAMESPACE::RoundToBF16Bits(du, u, idx, key);
     // Every lane is <= 0xffff, so the saturating demotion is a plain truncation.
     hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, bits)), du16, out + i);
   }

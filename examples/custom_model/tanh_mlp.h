@@ -70,7 +70,8 @@ class TanhMlp {
       for (int s = 0; s < batch; ++s) {
         for (int o = 0; o < n_out; ++o) {
           float acc = b[o];
-          for (int i = 0; i < n_in; ++i) acc += w[size_t(o) * n_in + i] * acts_[k][size_t(s) * n_in + i];
+          for (int i = 0; i < n_in; ++i)
+            acc += w[size_t(o) * n_in + i] * acts_[k][size_t(s) * n_in + i];
           out[size_t(s) * n_out + o] = k + 1 < L ? std::tanh(acc) : acc;
         }
       }

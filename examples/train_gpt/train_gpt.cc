@@ -9,9 +9,9 @@
 // differently see the same samples every step; the loss printed is the global mean.
 // --report writes a JSON file with every step's loss and time, the digest of the fp32 master
 // parameters, and each rank's peak bytes by tier and category.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -90,8 +90,8 @@ StatusOr<std::vector<std::vector<int64_t>>> GatherPeaks(Communicator& comm,
   const size_t n = local.size();
   std::vector<int64_t> all(n * size_t(comm.size()));
   std::copy(local.begin(), local.end(), all.begin() + n * size_t(comm.rank()));
-  ZS_RETURN_IF_ERROR(comm.AllGather(all.data() + n * size_t(comm.rank()), all.data(), 2 * n,
-                                    DType::kF32));
+  ZS_RETURN_IF_ERROR(
+      comm.AllGather(all.data() + n * size_t(comm.rank()), all.data(), 2 * n, DType::kF32));
   std::vector<std::vector<int64_t>> out;
   for (int r = 0; r < comm.size(); ++r) {
     out.emplace_back(all.begin() + n * size_t(r), all.begin() + n * size_t(r + 1));
@@ -134,11 +134,11 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
   std::vector<int32_t> inputs(size_t(B * T)), targets(size_t(B * T));
   const double psi = double(gpt->spec().numel());
   if (lead) {
-    fmt::print("train_gpt: {} parameters ({} layers, hidden {}, heads {}, vocab {}, seq {}), "
-               "ZeRO stage {}, {} ranks over '{}', compute {}, global batch {} x {} tokens\n",
-               int64_t(psi), args.layers, args.hidden, args.heads, gpt_config.vocab, T,
-               engine->stage(), world, comm.backend_name(), DTypeName(engine->compute_dtype()),
-               split.global_batch(), T);
+    fmt::print(
+        "train_gpt: {} parameters ({} layers, hidden {}, heads {}, vocab {}, seq {}), "
+        "ZeRO stage {}, {} ranks over '{}', compute {}, global batch {} x {} tokens\n",
+        int64_t(psi), args.layers, args.hidden, args.heads, gpt_config.vocab, T, engine->stage(),
+        world, comm.backend_name(), DTypeName(engine->compute_dtype()), split.global_batch(), T);
   }
 
   nlohmann::json steps_json = nlohmann::json::array();
@@ -172,15 +172,15 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
       if (lead) {
         std::string memory;
         for (int r = 0; r < world; ++r) {
-          const int64_t device_peak = peaks[r][size_t(kNumMemoryTiers * kNumMemoryCategories +
-                                                      int(MemoryTier::kDevice))];
+          const int64_t device_peak =
+              peaks[r][size_t(kNumMemoryTiers * kNumMemoryCategories + int(MemoryTier::kDevice))];
           memory += fmt::format("{}{}", r == 0 ? "" : " ", FormatBytes(device_peak));
         }
-        fmt::print("step {:5d}  loss {:.4f}  lr {:.2e}  grad norm {:.3f}{}  {:.0f} tokens/s  "
-                   "peak device memory per rank: {}\n",
-                   step, mean_loss, result.lr, result.grad_norm,
-                   result.skipped ? "  (overflow: skipped)" : "", tokens_per_step / seconds,
-                   memory);
+        fmt::print(
+            "step {:5d}  loss {:.4f}  lr {:.2e}  grad norm {:.3f}{}  {:.0f} tokens/s  "
+            "peak device memory per rank: {}\n",
+            step, mean_loss, result.lr, result.grad_norm,
+            result.skipped ? "  (overflow: skipped)" : "", tokens_per_step / seconds, memory);
         std::fflush(stdout);
       }
     }
@@ -193,10 +193,11 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
 
   // The measured states beside what the ZeRO formulas give for every stage.
   const double c = double(DTypeSize(engine->compute_dtype()));
+  const double optimizer_bytes = engine->optimizer_bytes_per_param();
   fmt::print("\nper-rank model states (parameters + gradients + optimizer states), {} ranks:\n",
              world);
   for (int s = 0; s <= 3; ++s) {
-    const ZeroStateBytes f = ZeroFormulaBytes(s, psi, world, c);
+    const ZeroStateBytes f = ZeroFormulaBytes(s, psi, world, c, optimizer_bytes);
     fmt::print("  stage {}: formula {:>10}", s, FormatBytes(int64_t(f.total())));
     if (s == engine->stage()) {
       for (int r = 0; r < world; ++r) {
@@ -215,19 +216,20 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
   }
   const GatherReport g = engine->gather_report();
   if (engine->stage() == 3) {
-    fmt::print("stage 3 gathers (rank 0): {} all-gathers, {} prefetch hits, {} on demand, {} "
-               "reuse hits, {} trace invalidations, peak {} gathered elements\n",
-               g.gathers, g.prefetch_hits, g.demand_gathers, g.reuse_hits, g.trace_invalidations,
-               g.peak_live_elements);
+    fmt::print(
+        "stage 3 gathers (rank 0): {} all-gathers, {} prefetch hits, {} on demand, {} "
+        "reuse hits, {} trace invalidations, peak {} gathered elements\n",
+        g.gathers, g.prefetch_hits, g.demand_gathers, g.reuse_hits, g.trace_invalidations,
+        g.peak_live_elements);
   }
-  fmt::print("loss {:.4f} -> {:.4f} in {} steps, {:.1f} s; master digest {:016x}\n",
-             losses.front(), losses.back(), args.steps, total_seconds, digest);
+  fmt::print("loss {:.4f} -> {:.4f} in {} steps, {:.1f} s; master digest {:016x}\n", losses.front(),
+             losses.back(), args.steps, total_seconds, digest);
 
   if (!args.report.empty()) {
     nlohmann::json report;
     report["model"] = {{"vocab", gpt_config.vocab}, {"seq", T},
-                       {"layers", args.layers}, {"hidden", args.hidden},
-                       {"heads", args.heads}, {"parameters", int64_t(psi)}};
+                       {"layers", args.layers},     {"hidden", args.hidden},
+                       {"heads", args.heads},       {"parameters", int64_t(psi)}};
     report["world_size"] = world;
     report["backend"] = std::string(comm.backend_name());
     report["seed"] = args.seed;
@@ -241,10 +243,15 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
     for (int r = 0; r < world; ++r) mem.push_back(PeaksToJson(peaks[r]));
     report["peak_bytes_per_rank"] = mem;
     nlohmann::json formulas;
-    for (int s = 0; s <= 3; ++s) formulas[fmt::format("stage{}", s)] = ZeroFormulaBytes(s, psi, world, c).total();
+    for (int s = 0; s <= 3; ++s) {
+      formulas[fmt::format("stage{}", s)] =
+          ZeroFormulaBytes(s, psi, world, c, optimizer_bytes).total();
+    }
     report["formula_bytes_per_rank"] = formulas;
-    report["gather"] = {{"gathers", g.gathers}, {"prefetch_hits", g.prefetch_hits},
-                        {"demand_gathers", g.demand_gathers}, {"reuse_hits", g.reuse_hits},
+    report["gather"] = {{"gathers", g.gathers},
+                        {"prefetch_hits", g.prefetch_hits},
+                        {"demand_gathers", g.demand_gathers},
+                        {"reuse_hits", g.reuse_hits},
                         {"trace_invalidations", g.trace_invalidations},
                         {"peak_live_elements", g.peak_live_elements}};
     std::ofstream out(args.report);
@@ -321,10 +328,10 @@ int main(int argc, char** argv) {
   } else {
     CommOptions options;
     options.timeout = std::chrono::milliseconds(shared.config.zerostack.comm_timeout_ms);
-    status = RunLocalRanks(args.world, options,
-                           [&](int, Communicator& comm, MemoryTracker& tracker) {
-                             return RunRank(shared, comm, tracker);
-                           });
+    status =
+        RunLocalRanks(args.world, options, [&](int, Communicator& comm, MemoryTracker& tracker) {
+          return RunRank(shared, comm, tracker);
+        });
   }
   if (!status.ok()) {
     fmt::print(stderr, "train_gpt: {}\n", status.ToString());

@@ -1,9 +1,9 @@
 #include "runtime/comm/local_ranks.h"
 
+#include <fmt/format.h>
+
 #include <memory>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "runtime/comm/backend_registry.h"
 #include "runtime/topology/store.h"

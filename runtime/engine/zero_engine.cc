@@ -1,12 +1,12 @@
 #include "runtime/engine/zero_engine.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <deque>
 #include <limits>
-
-#include <fmt/format.h>
 
 #include "optimizers/cpu_optimizer.h"
 #include "optimizers/optimizer_spec.h"
@@ -34,23 +34,23 @@ struct UnitState {
   explicit UnitState(ShardLayout l) : layout(std::move(l)) {}
 
   ShardLayout layout;
-  DeviceBuffer params;      // stages 0-2: padded unit; stage 3: this rank's shard (compute dtype)
-  DeviceBuffer grads;       // stages 0-1: padded unit; stages 2-3: shard (compute dtype)
-  DeviceBuffer master;      // fp32, over the optimizer range
+  DeviceBuffer params;  // stages 0-2: padded unit; stage 3: this rank's shard (compute dtype)
+  DeviceBuffer grads;   // stages 0-1: padded unit; stages 2-3: shard (compute dtype)
+  DeviceBuffer master;  // fp32, over the optimizer range
   // Optimizer states over the optimizer range, created at the first Step (optimizer_spec.h,
   // [Note: state layout]); int8 states keep their block scales apart.
   DeviceBuffer state[2];
   DeviceBuffer state_scale[2];
   std::vector<WeightDecaySegment> segments;  // cover the optimizer range, shard-relative
-  int64_t opt_begin = 0;    // the optimizer range in the unit frame: [opt_begin, +opt_size)
+  int64_t opt_begin = 0;  // the optimizer range in the unit frame: [opt_begin, +opt_size)
   int64_t opt_size = 0;
-  int64_t param_base = 0;   // unit offset of params' first element
-  int64_t grad_base = 0;    // unit offset of grads' first element
+  int64_t param_base = 0;  // unit offset of params' first element
+  int64_t grad_base = 0;   // unit offset of grads' first element
 
   // Micro-batch state (see the bracket rules in unit_access.h).
-  int forward_uses = 0;     // forward brackets opened this micro-batch
-  int backward_done = 0;    // backward brackets closed this micro-batch
-  int open = 0;             // brackets open now (forward and backward, nested)
+  int forward_uses = 0;   // forward brackets opened this micro-batch
+  int backward_done = 0;  // backward brackets closed this micro-batch
+  int open = 0;           // brackets open now (forward and backward, nested)
   int open_backward = 0;
   const void* full = nullptr;  // the full parameters (compute dtype) while open
   DeviceBuffer view;           // fp32 widening of `full` while open (bf16/fp16 compute)
@@ -72,8 +72,12 @@ uint64_t Fnv1a(uint64_t h, const void* data, size_t bytes) {
 class ZeroEngine::Impl {
  public:
   Impl(const EngineConfig& config, ModelSpec model, Device& device, Communicator& dp)
-      : config_(config), model_(std::move(model)), device_(device), dp_(dp),
-        dtype_(ComputeDType(config)), scaler_(config.fp16),
+      : config_(config),
+        model_(std::move(model)),
+        device_(device),
+        dp_(dp),
+        dtype_(ComputeDType(config)),
+        scaler_(config.fp16),
         schedule_(MakeLrSchedule(config.scheduler, config.optimizer.lr)),
         optimizer_(int(config.zerostack.optimizer_threads)) {}
 
@@ -85,8 +89,7 @@ class ZeroEngine::Impl {
   std::span<const float> Param(int unit, int param);
   std::span<float> Grad(int unit, int param);
   float backward_scale() const {
-    return scaler_.scale() /
-           float(dp_.size() * config_.gradient_accumulation_steps);
+    return scaler_.scale() / float(dp_.size() * config_.gradient_accumulation_steps);
   }
 
   StatusOr<StepResult> Step();
@@ -125,10 +128,10 @@ StatusOr<DeviceBuffer> ZeroEngine::Impl::Alloc(int64_t elements, DType type,
                                                int unit) {
   auto buffer = device_.Allocate(size_t(elements) * DTypeSize(type), kTier, category);
   if (!buffer.ok()) {
-    return Status(buffer.status().code(),
-                  fmt::format("engine (rank {}): {} of unit '{}' ({} elements of {}): {}",
-                              dp_.rank(), what, model_.units[unit].name, elements,
-                              DTypeName(type), buffer.status().message()));
+    return Status(
+        buffer.status().code(),
+        fmt::format("engine (rank {}): {} of unit '{}' ({} elements of {}): {}", dp_.rank(), what,
+                    model_.units[unit].name, elements, DTypeName(type), buffer.status().message()));
   }
   return buffer;
 }
@@ -146,8 +149,8 @@ Status ZeroEngine::Impl::Init(const ParamInit& init) {
     for (const ParamSpec& p : model_.units[u].params) sizes.push_back(p.numel());
     auto layout = ShardLayout::Create(sizes, world, config_.zerostack.alignment);
     if (!layout.ok()) {
-      return InvalidArgumentError(fmt::format("unit '{}': {}", model_.units[u].name,
-                                              layout.status().message()));
+      return InvalidArgumentError(
+          fmt::format("unit '{}': {}", model_.units[u].name, layout.status().message()));
     }
     layouts.push_back(*layout);
     units_.emplace_back(std::move(*layout));
@@ -167,8 +170,8 @@ Status ZeroEngine::Impl::Init(const ParamInit& init) {
                                         MemoryCategory::kParameters, "parameters", unit));
     ZS_ASSIGN_OR_RETURN(s.grads, Alloc(stage() >= 2 ? shard : padded, dtype_,
                                        MemoryCategory::kGradients, "gradients", unit));
-    ZS_ASSIGN_OR_RETURN(s.master, Alloc(s.opt_size, DType::kF32,
-                                        MemoryCategory::kOptimizerStates, "master weights", unit));
+    ZS_ASSIGN_OR_RETURN(s.master, Alloc(s.opt_size, DType::kF32, MemoryCategory::kOptimizerStates,
+                                        "master weights", unit));
     // Padding and gaps stay zero in every buffer.
     std::memset(s.params.data(), 0, s.params.size());
     std::memset(s.grads.data(), 0, s.grads.size());
@@ -206,10 +209,10 @@ Status ZeroEngine::Impl::Init(const ParamInit& init) {
         }
       }
       const UnitRange in_params = where.Intersect(param_range);
-      ConvertFromFloat(values.data() + (in_params.begin - where.begin),
-                       s.params.data_as<char>() +
-                           (in_params.begin.value() - s.param_base) * DTypeSize(dtype_),
-                       dtype_, size_t(in_params.size()));
+      ConvertFromFloat(
+          values.data() + (in_params.begin - where.begin),
+          s.params.data_as<char>() + (in_params.begin.value() - s.param_base) * DTypeSize(dtype_),
+          dtype_, size_t(in_params.size()));
       const UnitRange in_opt = where.Intersect(opt_range);
       std::copy_n(values.data() + (in_opt.begin - where.begin), in_opt.size(),
                   s.master.data_as<float>() + (in_opt.begin.value() - s.opt_begin));
@@ -241,8 +244,8 @@ Status ZeroEngine::Impl::Init(const ParamInit& init) {
     options.max_reuse_distance_elements = zero.stage3_max_reuse_distance;
     options.prefetch = config_.zerostack.prefetch;
     options.tier = kTier;
-    ZS_ASSIGN_OR_RETURN(gatherer_, GatherCoordinator::Create(std::move(infos), options, device_,
-                                                             *gather_comm_));
+    ZS_ASSIGN_OR_RETURN(
+        gatherer_, GatherCoordinator::Create(std::move(infos), options, device_, *gather_comm_));
   }
   return OkStatus();
 }
@@ -264,8 +267,8 @@ Status ZeroEngine::Impl::Begin(int unit, bool backward) {
              name, s.forward_uses, s.backward_done + s.open_backward);
     if (!s.grad_staging) {
       ZS_ASSIGN_OR_RETURN(s.grad_staging,
-                          Alloc(s.layout.padded_size(), DType::kF32,
-                                MemoryCategory::kCommBuffers, "gradient staging", unit));
+                          Alloc(s.layout.padded_size(), DType::kF32, MemoryCategory::kCommBuffers,
+                                "gradient staging", unit));
       std::memset(s.grad_staging.data(), 0, s.grad_staging.size());
     }
     ++s.open_backward;
@@ -278,8 +281,8 @@ Status ZeroEngine::Impl::Begin(int unit, bool backward) {
   if (gatherer_ != nullptr) {
     auto full = gatherer_->Acquire(unit);
     if (!full.ok()) {
-      return Status(full.status().code(), fmt::format("gathering unit '{}': {}", name,
-                                                      full.status().message()));
+      return Status(full.status().code(),
+                    fmt::format("gathering unit '{}': {}", name, full.status().message()));
     }
     s.full = *full;
   } else {
@@ -297,8 +300,8 @@ Status ZeroEngine::Impl::End(int unit, bool backward) {
   ZS_RETURN_IF_ERROR(CheckUnit(unit));
   UnitState& s = units_[unit];
   const std::string& name = model_.units[unit].name;
-  ZS_CHECK(s.open > 0, "End{}(unit '{}') without a matching Begin", backward ? "Backward" : "Forward",
-           name);
+  ZS_CHECK(s.open > 0, "End{}(unit '{}') without a matching Begin",
+           backward ? "Backward" : "Forward", name);
   Status status;
   if (backward) {
     ZS_CHECK(s.open_backward > 0, "EndBackward(unit '{}') without BeginBackward", name);
@@ -335,8 +338,8 @@ std::span<const float> ZeroEngine::Impl::Param(int unit, int param) {
   ZS_CHECK(param >= 0 && param < s.layout.num_params(), "unit '{}' has no parameter {}",
            model_.units[unit].name, param);
   const UnitRange where = s.layout.ParamRangeInUnit(param);
-  const float* base = dtype_ == DType::kF32 ? static_cast<const float*>(s.full)
-                                            : s.view.data_as<const float>();
+  const float* base =
+      dtype_ == DType::kF32 ? static_cast<const float*>(s.full) : s.view.data_as<const float>();
   return {base + where.begin.value(), size_t(where.size())};
 }
 
@@ -452,9 +455,12 @@ StatusOr<StepResult> ZeroEngine::Impl::Step() {
 
 StateDType ZeroEngine::Impl::state_dtype() const {
   switch (config_.zerostack.optimizer_state_dtype) {
-    case OptimizerStateType::kF32: return StateDType::kF32;
-    case OptimizerStateType::kBF16: return StateDType::kBF16;
-    case OptimizerStateType::kInt8: return StateDType::kInt8;
+    case OptimizerStateType::kF32:
+      return StateDType::kF32;
+    case OptimizerStateType::kBF16:
+      return StateDType::kBF16;
+    case OptimizerStateType::kInt8:
+      return StateDType::kInt8;
   }
   return StateDType::kF32;
 }
@@ -463,11 +469,21 @@ OptimizerHyper ZeroEngine::Impl::Hyper(double lr) const {
   const OptimizerConfig& o = config_.optimizer;
   OptimizerHyper h;
   switch (o.type) {
-    case OptimizerType::kAdamW: h.kind = OptimizerKind::kAdamW; break;
-    case OptimizerType::kAdam: h.kind = OptimizerKind::kAdam; break;
-    case OptimizerType::kSgd: h.kind = OptimizerKind::kSgd; break;
-    case OptimizerType::kAdagrad: h.kind = OptimizerKind::kAdagrad; break;
-    case OptimizerType::kLion: h.kind = OptimizerKind::kLion; break;
+    case OptimizerType::kAdamW:
+      h.kind = OptimizerKind::kAdamW;
+      break;
+    case OptimizerType::kAdam:
+      h.kind = OptimizerKind::kAdam;
+      break;
+    case OptimizerType::kSgd:
+      h.kind = OptimizerKind::kSgd;
+      break;
+    case OptimizerType::kAdagrad:
+      h.kind = OptimizerKind::kAdagrad;
+      break;
+    case OptimizerType::kLion:
+      h.kind = OptimizerKind::kLion;
+      break;
   }
   h.lr = float(lr);
   h.beta1 = h.kind == OptimizerKind::kSgd ? float(o.momentum) : float(o.betas[0]);
@@ -498,9 +514,9 @@ Status ZeroEngine::Impl::CreateOptimizerStates(int unit) {
     s.state[i] = std::move(*buffer);
     if (type == StateDType::kInt8) {
       const int64_t blocks = (n + kQuantBlock - 1) / kQuantBlock;
-      ZS_ASSIGN_OR_RETURN(s.state_scale[i], Alloc(blocks, DType::kF32,
-                                                  MemoryCategory::kOptimizerStates,
-                                                  "optimizer state scales", unit));
+      ZS_ASSIGN_OR_RETURN(s.state_scale[i],
+                          Alloc(blocks, DType::kF32, MemoryCategory::kOptimizerStates,
+                                "optimizer state scales", unit));
     }
     float initial = hyper.kind == OptimizerKind::kAdagrad ? hyper.initial_accumulator : 0.0f;
     if (type == StateDType::kInt8 && Int8StoresRoot(hyper.kind, i)) initial = std::sqrt(initial);
@@ -597,9 +613,7 @@ Status ZeroEngine::BeginForward(int unit) { return impl_->Begin(unit, false); }
 Status ZeroEngine::EndForward(int unit) { return impl_->End(unit, false); }
 Status ZeroEngine::BeginBackward(int unit) { return impl_->Begin(unit, true); }
 Status ZeroEngine::EndBackward(int unit) { return impl_->End(unit, true); }
-std::span<const float> ZeroEngine::Param(int unit, int param) {
-  return impl_->Param(unit, param);
-}
+std::span<const float> ZeroEngine::Param(int unit, int param) { return impl_->Param(unit, param); }
 std::span<float> ZeroEngine::Grad(int unit, int param) { return impl_->Grad(unit, param); }
 float ZeroEngine::backward_scale() const { return impl_->backward_scale(); }
 StatusOr<StepResult> ZeroEngine::Step() { return impl_->Step(); }
@@ -638,6 +652,13 @@ int ZeroEngine::rank() const { return impl_->dp_.rank(); }
 DType ZeroEngine::compute_dtype() const { return impl_->dtype_; }
 const ShardLayout& ZeroEngine::layout(int unit) const { return impl_->units_[unit].layout; }
 int64_t ZeroEngine::micro_batches_pending() const { return impl_->MicroBatchesPending(); }
+
+double ZeroEngine::optimizer_bytes_per_param() const {
+  const OptimizerHyper h = impl_->Hyper(0.0);
+  constexpr int64_t kMany = int64_t{1} << 20;
+  return 4.0 + NumStates(h.kind, h.beta1) * double(StateBytes(impl_->state_dtype(), kMany)) /
+                   double(kMany);
+}
 
 GatherReport ZeroEngine::gather_report() const {
   GatherReport r;

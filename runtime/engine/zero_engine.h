@@ -9,8 +9,8 @@
 //   values and keeps what it owns) and allocates what the stage keeps resident. `device`, `dp`
 //   and the tracker behind `device` must outlive the engine.
 // - [Note: what each stage keeps] (compute dtype c = bf16/fp16/f32, P = a unit's padded size,
-//   S = P / N its shard; the master weights and Adam moments are fp32 and count as optimizer
-//   states):
+//   S = P / N its shard; "master + m + v" is AdamW with fp32 states: the fp32 master weights
+//   and the optimizer's states (optimizers/optimizer_spec.h) count as optimizer states):
 //     stage 0  params P (c), grads P (c), master + m + v over P       gradients all-reduced
 //     stage 1  params P (c), grads P (c), master + m + v over S       all-reduced; params
 //                                                                      all-gathered after step
@@ -108,6 +108,9 @@ class ZeroEngine final : public UnitAccess {
   const ShardLayout& layout(int unit) const;
   GatherReport gather_report() const;
   int64_t micro_batches_pending() const;  // completed since the last Step
+  // Bytes per parameter the optimizer keeps: the fp32 master plus its states in their dtype
+  // (12 for AdamW with fp32 states; int8 states include their block scales).
+  double optimizer_bytes_per_param() const;
 
  private:
   class Impl;

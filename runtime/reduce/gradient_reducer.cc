@@ -1,8 +1,8 @@
 #include "runtime/reduce/gradient_reducer.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "runtime/base/check.h"
 
@@ -20,9 +20,9 @@ StatusOr<std::unique_ptr<GradientReducer>> GradientReducer::Create(
   int64_t largest = 0;
   for (size_t u = 0; u < layouts.size(); ++u) {
     if (layouts[u].world_size() != comm.size()) {
-      return InvalidArgumentError(fmt::format(
-          "gradient reducer: unit {} is laid out for {} ranks but group '{}' has {}", u,
-          layouts[u].world_size(), comm.group_name(), comm.size()));
+      return InvalidArgumentError(
+          fmt::format("gradient reducer: unit {} is laid out for {} ranks but group '{}' has {}", u,
+                      layouts[u].world_size(), comm.group_name(), comm.size()));
     }
     ZS_ASSIGN_OR_RETURN(BucketPlan plan, BucketPlan::Create(layouts[u], options.bucket_elements));
     for (int b = 0; b < plan.num_buckets(); ++b) largest = std::max(largest, plan.BucketSize(b));

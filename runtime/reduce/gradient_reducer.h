@@ -51,15 +51,15 @@ struct ReducerOptions {
   DType dtype = DType::kF32;  // communication and destination dtype
   GradReduction reduction = GradReduction::kReduceScatter;
   int64_t bucket_elements = 500'000'000;  // reduce_bucket_size
-  int max_inflight = 2;                    // bucket buffers held, >= 1
-  bool overlap = true;                     // overlap_comm
+  int max_inflight = 2;                   // bucket buffers held, >= 1
+  bool overlap = true;                    // overlap_comm
   MemoryTier tier = MemoryTier::kHost;
 };
 
 struct ReducerStats {
-  int64_t buckets = 0;          // collectives started
-  int64_t buffer_waits = 0;     // times a bucket had to wait for a free buffer
-  int64_t elements = 0;         // elements sent into collectives (bucket sizes summed)
+  int64_t buckets = 0;       // collectives started
+  int64_t buffer_waits = 0;  // times a bucket had to wait for a free buffer
+  int64_t elements = 0;      // elements sent into collectives (bucket sizes summed)
 };
 
 class GradientReducer {

@@ -577,3 +577,68 @@ TEST(CpuOptimizerDeathTest, SegmentsMustCoverTheShard) {
 
 }  // namespace
 }  // namespace zs
+
+namespace zs {
+namespace {
+
+// [Note: fused bf16 states]: the in-register path equals decode -> fp32 update -> encode.
+TEST(CpuOptimizerTest, FusedBf16StatesEqualDecodeUpdateEncode) {
+  const int64_t n = 5003;
+  CpuOptimizer opt(2);
+  const std::pair<OptimizerKind, float> kinds[] = {{OptimizerKind::kAdamW, 0.9f},
+                                                   {OptimizerKind::kSgd, 0.9f},
+                                                   {OptimizerKind::kAdagrad, 0.9f},
+                                                   {OptimizerKind::kLion, 0.9f}};
+  for (auto [kind, beta1] : kinds) {
+    OptimizerHyper h;
+    h.kind = kind;
+    h.beta1 = beta1;
+    h.lr = 1e-2f;
+    h.step = 3;
+    const int states = NumStates(kind, beta1);
+    std::vector<float> master(n), grad(n), fp32_state[2];
+    for (int64_t i = 0; i < n; ++i) {
+      master[i] = std::sin(float(i) * 0.37f);
+      grad[i] = std::cos(float(i) * 0.11f) * 1e-2f;
+    }
+    std::vector<uint16_t> codes[2];
+    for (int k = 0; k < states; ++k) {
+      std::vector<float> init(n);
+      for (int64_t i = 0; i < n; ++i) init[i] = 1e-3f * (1.5f + std::sin(float(i * (k + 3))));
+      codes[k].resize(n);
+      EncodeState(StateDType::kBF16, init.data(), 0, n, codes[k].data(), nullptr, 5, 0, k);
+      fp32_state[k].resize(n);
+      DecodeState(StateDType::kBF16, codes[k].data(), nullptr, 0, n, fp32_state[k].data());
+    }
+    const std::vector<WeightDecaySegment> segments = {{0, n / 2, 0.0f}, {n / 2, n, 0.1f}};
+    // A: fused.
+    std::vector<float> master_a = master;
+    ShardStep a;
+    a.n = n;
+    a.master = master_a.data();
+    for (int k = 0; k < states; ++k) a.state[k] = codes[k].data();
+    a.state_dtype = StateDType::kBF16;
+    a.grad = grad.data();
+    a.segments = segments;
+    a.seed = 99;
+    opt.Step(h, a);
+    // B: fp32 states, then encoded with the same stream.
+    std::vector<float> master_b = master;
+    ShardStep b = a;
+    b.master = master_b.data();
+    for (int k = 0; k < states; ++k) b.state[k] = fp32_state[k].data();
+    b.state_dtype = StateDType::kF32;
+    opt.Step(h, b);
+    EXPECT_EQ(std::memcmp(master_a.data(), master_b.data(), n * sizeof(float)), 0)
+        << OptimizerKindName(kind);
+    for (int k = 0; k < states; ++k) {
+      std::vector<uint16_t> encoded(n);
+      EncodeState(StateDType::kBF16, fp32_state[k].data(), 0, n, encoded.data(), nullptr, 99,
+                  h.step, k);
+      EXPECT_EQ(encoded, codes[k]) << OptimizerKindName(kind) << " state " << k;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace zs

@@ -46,62 +46,65 @@ StatusOr<Result> Train(int world, int stage, int batch, int ga, double clip, Pre
   Result result;
   std::mutex mu;
   CommOptions options;
-  Status status = RunLocalRanks(world, options, [&](int rank, Communicator& comm,
-                                                    MemoryTracker& tracker) -> Status {
-    nn::GptConfig gc{kVocab, kSeq, 2, 18, 3};  // hidden 18: no world size of 4+ divides it
-    ZS_ASSIGN_OR_RETURN(auto gpt, nn::Gpt::Create(gc, &tracker));
-    ZS_ASSIGN_OR_RETURN(auto device, CreateDevice("cpu", tracker));
-    EngineConfig config;
-    config.zero_optimization.stage = stage;
-    config.zero_optimization.reduce_bucket_size = 500;
-    config.zero_optimization.overlap_comm = true;
-    config.zero_optimization.stage3_max_live_parameters = 4000;
-    config.zero_optimization.stage3_prefetch_bucket_size = 3000;
-    config.zero_optimization.stage3_param_persistence_threshold = 50;  // the head stays whole
-    config.gradient_accumulation_steps = ga;
-    config.gradient_clipping = clip;
-    config.optimizer.lr = 3e-3;
-    config.bf16.enabled = precision == Precision::kBF16;
-    config.fp16.enabled = precision == Precision::kF16;
-    ZS_ASSIGN_OR_RETURN(auto engine, ZeroEngine::Create(config, gpt->spec(), gpt->Init(11),
-                                                        *device, comm));
-    std::vector<int32_t> in(size_t(batch) * kSeq), out(in.size());
-    for (int step = 0; step < steps; ++step) {
-      double loss = 0;
-      for (int m = 0; m < ga; ++m) {
-        for (int b = 0; b < batch; ++b) {
-          const uint64_t g = uint64_t((m * world + rank) * batch + b);
-          FillTokens(step, g, std::span(in).subspan(size_t(b) * kSeq, kSeq),
-                     std::span(out).subspan(size_t(b) * kSeq, kSeq));
+  Status status = RunLocalRanks(
+      world, options, [&](int rank, Communicator& comm, MemoryTracker& tracker) -> Status {
+        nn::GptConfig gc{kVocab, kSeq, 2, 18, 3};  // hidden 18: no world size of 4+ divides it
+        ZS_ASSIGN_OR_RETURN(auto gpt, nn::Gpt::Create(gc, &tracker));
+        ZS_ASSIGN_OR_RETURN(auto device, CreateDevice("cpu", tracker));
+        EngineConfig config;
+        config.zero_optimization.stage = stage;
+        config.zero_optimization.reduce_bucket_size = 500;
+        config.zero_optimization.overlap_comm = true;
+        config.zero_optimization.stage3_max_live_parameters = 4000;
+        config.zero_optimization.stage3_prefetch_bucket_size = 3000;
+        config.zero_optimization.stage3_param_persistence_threshold = 50;  // the head stays whole
+        config.gradient_accumulation_steps = ga;
+        config.gradient_clipping = clip;
+        config.optimizer.lr = 3e-3;
+        config.bf16.enabled = precision == Precision::kBF16;
+        config.fp16.enabled = precision == Precision::kF16;
+        ZS_ASSIGN_OR_RETURN(auto engine,
+                            ZeroEngine::Create(config, gpt->spec(), gpt->Init(11), *device, comm));
+        std::vector<int32_t> in(size_t(batch) * kSeq), out(in.size());
+        for (int step = 0; step < steps; ++step) {
+          double loss = 0;
+          for (int m = 0; m < ga; ++m) {
+            for (int b = 0; b < batch; ++b) {
+              const uint64_t g = uint64_t((m * world + rank) * batch + b);
+              FillTokens(step, g, std::span(in).subspan(size_t(b) * kSeq, kSeq),
+                         std::span(out).subspan(size_t(b) * kSeq, kSeq));
+            }
+            ZS_ASSIGN_OR_RETURN(float l, gpt->ForwardBackward(*engine, in, out, batch, kSeq));
+            loss += l / ga;
+          }
+          ZS_RETURN_IF_ERROR(engine->Step().status());
+          ZS_ASSIGN_OR_RETURN(double mean, engine->AllReduceMean(loss));
+          if (rank == 0) result.losses.push_back(mean);
         }
-        ZS_ASSIGN_OR_RETURN(float l, gpt->ForwardBackward(*engine, in, out, batch, kSeq));
-        loss += l / ga;
-      }
-      ZS_RETURN_IF_ERROR(engine->Step().status());
-      ZS_ASSIGN_OR_RETURN(double mean, engine->AllReduceMean(loss));
-      if (rank == 0) result.losses.push_back(mean);
-    }
-    ZS_ASSIGN_OR_RETURN(uint64_t digest, engine->MasterDigest());
-    std::vector<std::vector<float>> params;
-    for (int u = 0; u < int(gpt->spec().units.size()); ++u) {
-      for (int p = 0; p < int(gpt->spec().units[u].params.size()); ++p) {
-        ZS_ASSIGN_OR_RETURN(auto v, engine->GatherMasterParam(u, p));
-        params.push_back(std::move(v));
-      }
-    }
-    std::lock_guard<std::mutex> lock(mu);
-    if (rank == 0) {
-      result.digest = digest;
-      result.params = std::move(params);
-    }
-    return OkStatus();
-  });
+        ZS_ASSIGN_OR_RETURN(uint64_t digest, engine->MasterDigest());
+        std::vector<std::vector<float>> params;
+        for (int u = 0; u < int(gpt->spec().units.size()); ++u) {
+          for (int p = 0; p < int(gpt->spec().units[u].params.size()); ++p) {
+            ZS_ASSIGN_OR_RETURN(auto v, engine->GatherMasterParam(u, p));
+            params.push_back(std::move(v));
+          }
+        }
+        std::lock_guard<std::mutex> lock(mu);
+        if (rank == 0) {
+          result.digest = digest;
+          result.params = std::move(params);
+        }
+        return OkStatus();
+      });
   if (!status.ok()) return status;
   return result;
 }
 
 TEST(GptParity, StagesAreBitIdentical) {
-  struct Case { int world, ga; double clip; };
+  struct Case {
+    int world, ga;
+    double clip;
+  };
   for (Case c : {Case{3, 1, 0.0}, Case{3, 2, 0.5}, Case{4, 1, 0.3}}) {
     std::vector<uint64_t> digests;
     for (int stage = 0; stage <= 3; ++stage) {

@@ -38,8 +38,8 @@ struct RunSpec {
 
 struct RunResult {
   uint64_t digest = 0;
-  std::vector<double> losses;           // global mean loss per step
-  std::vector<StepResult> steps;        // rank 0's
+  std::vector<double> losses;              // global mean loss per step
+  std::vector<StepResult> steps;           // rank 0's
   std::vector<std::vector<float>> params;  // every parameter, rank 0's gather
   std::vector<MemorySnapshot> memory;
   GatherReport gather;
@@ -134,7 +134,7 @@ TEST(ZeroEngine, StagesAreBitIdenticalInFp32) {
         spec.config = BaseConfig(stage);
         spec.config.gradient_accumulation_steps = ga;
         spec.config.gradient_clipping = clip;
-        spec.config.zero_optimization.reduce_bucket_size = 100;  // many buckets per unit
+        spec.config.zero_optimization.reduce_bucket_size = 100;     // many buckets per unit
         spec.config.zero_optimization.allgather_bucket_size = 300;  // stages 1/2 wait between units
         spec.config.zero_optimization.overlap_comm = stage % 2 == 1;
         spec.config.zero_optimization.stage3_max_live_parameters = 600;
@@ -146,8 +146,8 @@ TEST(ZeroEngine, StagesAreBitIdenticalInFp32) {
         digests.push_back(r->digest);
       }
       for (int stage = 1; stage <= 3; ++stage) {
-        EXPECT_EQ(digests[stage], digests[0]) << "stage " << stage << " ga " << ga << " clip "
-                                              << clip;
+        EXPECT_EQ(digests[stage], digests[0])
+            << "stage " << stage << " ga " << ga << " clip " << clip;
       }
     }
   }
@@ -182,8 +182,8 @@ TEST(TanhMlp, GradientMatchesFiniteDifferences) {
 }
 
 TEST(ZeroEngine, EveryOptimizerIsBitIdenticalAcrossStages) {
-  for (OptimizerType type : {OptimizerType::kAdam, OptimizerType::kSgd, OptimizerType::kAdagrad,
-                             OptimizerType::kLion}) {
+  for (OptimizerType type :
+       {OptimizerType::kAdam, OptimizerType::kSgd, OptimizerType::kAdagrad, OptimizerType::kLion}) {
     std::vector<uint64_t> digests;
     for (int stage : {0, 2, 3}) {
       RunSpec spec;
@@ -245,7 +245,9 @@ TEST(ZeroEngine, WorldSizesAgreeForTheSameGlobalBatch) {
   one.config = BaseConfig(0);
   auto reference = Train(one);
   ASSERT_TRUE(reference.ok()) << reference.status().ToString();
-  struct Split { int world, batch, ga, stage; };
+  struct Split {
+    int world, batch, ga, stage;
+  };
   for (Split s : {Split{4, 3, 1, 3}, Split{2, 3, 2, 2}, Split{3, 2, 2, 1}}) {
     RunSpec spec;
     spec.world = s.world;
@@ -306,7 +308,8 @@ TEST(ZeroEngine, Fp16OverflowSkipsOnEveryRankAndLowersTheScale) {
     EXPECT_GT(r->steps.back().step, 0);
     EXPECT_LT(r->steps.back().step, 12);
     for (size_t k = 1; k < r->steps.size(); ++k) {
-      if (r->steps[k - 1].skipped) EXPECT_EQ(r->steps[k].loss_scale, r->steps[k - 1].loss_scale / 2);
+      if (r->steps[k - 1].skipped)
+        EXPECT_EQ(r->steps[k].loss_scale, r->steps[k - 1].loss_scale / 2);
     }
     digests.push_back(r->digest);
   }
@@ -336,11 +339,10 @@ TEST(ZeroEngine, MemoryMatchesTheZeroFormulas) {
       const MemorySnapshot& m = r->memory[rank];
       const double measured = double(m.Peak(MemoryTier::kDevice, MemoryCategory::kParameters) +
                                      m.Peak(MemoryTier::kDevice, MemoryCategory::kGradients) +
-                                     m.Peak(MemoryTier::kDevice,
-                                            MemoryCategory::kOptimizerStates));
+                                     m.Peak(MemoryTier::kDevice, MemoryCategory::kOptimizerStates));
       EXPECT_NEAR(measured / expected[stage], 1.0, 0.05)
-          << "stage " << stage << " rank " << rank << ": measured " << measured
-          << " expected " << expected[stage];
+          << "stage " << stage << " rank " << rank << ": measured " << measured << " expected "
+          << expected[stage];
     }
   }
 }
@@ -357,7 +359,8 @@ TEST(ZeroEngine, Stage3HoldsAtMostMaxLiveParametersPlusOneUnit) {
   auto r = Train(spec);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   int64_t largest = 0;
-  for (const UnitSpec& u : TanhMlp(spec.widths).Spec().units) largest = std::max(largest, u.numel());
+  for (const UnitSpec& u : TanhMlp(spec.widths).Spec().units)
+    largest = std::max(largest, u.numel());
   // Gathered buffers hold padded units: allow the padding of one shard per rank per unit.
   const int64_t bound = (3500 + largest + 2 * 16 * 2) * int64_t(sizeof(float));
   for (const MemorySnapshot& m : r->memory) {
@@ -418,32 +421,33 @@ TEST(ZeroEngine, Stage3SurvivesAChangeOfExecutionOrder) {
   for (int stage : {0, 3}) {
     CommOptions options;
     std::mutex mu;
-    Status status = RunLocalRanks(3, options, [&](int rank, Communicator& comm,
-                                                  MemoryTracker& tracker) -> Status {
-      ShuffledModel model;
-      ZS_ASSIGN_OR_RETURN(auto device, CreateDevice("cpu", tracker));
-      EngineConfig config = BaseConfig(stage);
-      config.zero_optimization.stage3_param_persistence_threshold = 0;
-      config.zero_optimization.stage3_max_live_parameters = 500;
-      config.zero_optimization.stage3_prefetch_bucket_size = 400;
-      ZS_ASSIGN_OR_RETURN(auto engine, ZeroEngine::Create(config, model.Spec(),
-                                                          ShuffledModel::Init(), *device, comm));
-      const std::vector<int> forward = {0, 1, 2, 3, 4}, shuffled = {3, 0, 4, 1, 2};
-      for (int step = 0; step < 6; ++step) {
-        // Steps 0-2 record and replay one order; step 3 changes it; 4-5 replay the new one.
-        const std::vector<int>& order = step < 3 ? forward : shuffled;
-        ZS_RETURN_IF_ERROR(model.ForwardBackward(*engine, step, order).status());
-        ZS_RETURN_IF_ERROR(engine->Step().status());
-      }
-      ZS_ASSIGN_OR_RETURN(uint64_t digest, engine->MasterDigest());
-      std::lock_guard<std::mutex> lock(mu);
-      if (rank == 0) {
-        digests.push_back(digest);
-        reports[stage] = engine->gather_report();
-      }
-      EXPECT_EQ(tracker.Current(MemoryTier::kDevice, MemoryCategory::kGatheredParameters), 0);
-      return OkStatus();
-    });
+    Status status = RunLocalRanks(
+        3, options, [&](int rank, Communicator& comm, MemoryTracker& tracker) -> Status {
+          ShuffledModel model;
+          ZS_ASSIGN_OR_RETURN(auto device, CreateDevice("cpu", tracker));
+          EngineConfig config = BaseConfig(stage);
+          config.zero_optimization.stage3_param_persistence_threshold = 0;
+          config.zero_optimization.stage3_max_live_parameters = 500;
+          config.zero_optimization.stage3_prefetch_bucket_size = 400;
+          ZS_ASSIGN_OR_RETURN(
+              auto engine,
+              ZeroEngine::Create(config, model.Spec(), ShuffledModel::Init(), *device, comm));
+          const std::vector<int> forward = {0, 1, 2, 3, 4}, shuffled = {3, 0, 4, 1, 2};
+          for (int step = 0; step < 6; ++step) {
+            // Steps 0-2 record and replay one order; step 3 changes it; 4-5 replay the new one.
+            const std::vector<int>& order = step < 3 ? forward : shuffled;
+            ZS_RETURN_IF_ERROR(model.ForwardBackward(*engine, step, order).status());
+            ZS_RETURN_IF_ERROR(engine->Step().status());
+          }
+          ZS_ASSIGN_OR_RETURN(uint64_t digest, engine->MasterDigest());
+          std::lock_guard<std::mutex> lock(mu);
+          if (rank == 0) {
+            digests.push_back(digest);
+            reports[stage] = engine->gather_report();
+          }
+          EXPECT_EQ(tracker.Current(MemoryTier::kDevice, MemoryCategory::kGatheredParameters), 0);
+          return OkStatus();
+        });
     ASSERT_TRUE(status.ok()) << status.ToString();
   }
   ASSERT_EQ(digests.size(), 2u);

@@ -1,0 +1,51 @@
+// Stochastic rounding of fp32 to bf16: the random bits, shared by the state codecs
+// (state_codec.cc) and the fused optimizer kernels (optimizer_kernels.cc), so both round a state
+// element the same way.
+//
+// [Note: stochastic rounding bits] The random 16 bits for shard element `index` are
+//   key    = splitmix64 chain over (state_index, index >> 32), step and seed   (64 bits: k1, k2)
+//   bits   = fmix32(fmix32(uint32(index) ^ k1) + k2) >> 16                     (murmur3 fmix32)
+// The key is constant over any run of indices that share their high 32 bits, so kernels
+// compute it once per such run in scalar code and the per-element part in 32-bit lanes
+// (stochastic_rounding-inl.h). The bf16 value is then the high half of (bits(x) + r):
+// truncation after adding random low bits, so its expectation is x.
+#pragma once
+
+#include <cstdint>
+
+namespace zs::sr {
+
+inline constexpr uint64_t SplitMix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+inline constexpr uint32_t Fmix32(uint32_t h) {
+  h ^= h >> 16;
+  h *= 0x85ebca6bu;
+  h ^= h >> 13;
+  h *= 0xc2b2ae35u;
+  h ^= h >> 16;
+  return h;
+}
+
+struct SrKey {
+  uint32_t k1 = 0;
+  uint32_t k2 = 0;
+};
+
+// The key of the run of indices whose high 32 bits are `index_hi`.
+inline constexpr SrKey MakeSrKey(uint64_t seed, int64_t step, int state_index, uint32_t index_hi) {
+  uint64_t h = SplitMix64((uint64_t{index_hi} << 32) | static_cast<uint32_t>(state_index));
+  h = SplitMix64(h ^ static_cast<uint64_t>(step));
+  h = SplitMix64(h ^ seed);
+  return SrKey{static_cast<uint32_t>(h), static_cast<uint32_t>(h >> 32)};
+}
+
+inline constexpr uint32_t SrBits(SrKey key, uint32_t index_lo) {
+  return Fmix32(Fmix32(index_lo ^ key.k1) + key.k2) >> 16;
+}
+
+}  // namespace zs::sr
