@@ -17,6 +17,7 @@
 #include <map>
 #include <mutex>
 
+#include "runtime/base/splitmix64.h"
 #include "runtime/comm/local_ranks.h"
 #include "runtime/device/device_factory.h"
 #include "runtime/engine/zero_engine.h"
@@ -30,13 +31,6 @@ constexpr int kTimed = 6;
 const nn::GptConfig kModel{/*vocab=*/96, /*max_seq=*/64, /*layers=*/4, /*hidden=*/128,
                            /*heads=*/4};
 constexpr int kMicroBatch = 2;
-
-uint64_t Mix(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 struct Measured {
   std::vector<double> step_seconds;  // rank 0, timed steps
@@ -66,8 +60,9 @@ Status RunStage(int world, int stage, Measured& out) {
         std::vector<double> times;
         for (int step = 0; step < kWarmup + kTimed; ++step) {
           for (size_t i = 0; i < in.size(); ++i) {
-            in[i] = int32_t(Mix(uint64_t(step) << 32 ^ (uint64_t(rank) << 20) ^ i) % 96);
-            target[i] = int32_t(Mix(~(uint64_t(step) << 32 ^ (uint64_t(rank) << 20) ^ i)) % 96);
+            in[i] = int32_t(SplitMix64(uint64_t(step) << 32 ^ (uint64_t(rank) << 20) ^ i) % 96);
+            target[i] =
+                int32_t(SplitMix64(~(uint64_t(step) << 32 ^ (uint64_t(rank) << 20) ^ i)) % 96);
           }
           ZS_RETURN_IF_ERROR(comm.Barrier());  // every rank starts the step together
           auto t0 = std::chrono::steady_clock::now();

@@ -13,14 +13,10 @@
 
 #include <cstdint>
 
+#include "runtime/base/splitmix64.h"
 namespace zs::sr {
 
-inline constexpr uint64_t SplitMix64(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+using ::zs::SplitMix64;
 
 inline constexpr uint32_t Fmix32(uint32_t h) {
   h ^= h >> 16;

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/base/splitmix64.h"
 #include "runtime/base/status.h"
 #include "runtime/model/model_spec.h"
 #include "runtime/model/unit_access.h"
@@ -48,7 +49,8 @@ class TanhMlp {
     return [seed, widths](int unit, int param, std::span<float> values) {
       const float bound = 1.0f / std::sqrt(float(widths[unit]));
       for (size_t i = 0; i < values.size(); ++i) {
-        const uint64_t h = Mix(seed ^ Mix(uint64_t(unit) * 131 + uint64_t(param)) ^ Mix(i + 1));
+        const uint64_t h = SplitMix64(seed ^ SplitMix64(uint64_t(unit) * 131 + uint64_t(param)) ^
+                                      SplitMix64(i + 1));
         values[i] = bound * (2.0f * float(h >> 40) / float(1 << 24) - 1.0f);
       }
     };
@@ -112,13 +114,6 @@ class TanhMlp {
   }
 
  private:
-  static uint64_t Mix(uint64_t z) {  // splitmix64's finalizer
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-
   std::vector<int> widths_;
   std::vector<std::vector<float>> acts_;
 };

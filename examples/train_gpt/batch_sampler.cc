@@ -4,17 +4,10 @@
 
 #include <algorithm>
 
+#include "runtime/base/splitmix64.h"
+
 namespace zs {
 namespace {
-
-// splitmix64's finalizer (Steele, Lea, Flood 2014): a bijection on 64 bits with good avalanche,
-// so hashing a counter gives independent-looking values without any state to carry.
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 // A uniform value in [0, bound) from the stream SplitMix64(h), SplitMix64^2(h), ... using
 // Lemire's multiply-shift with rejection (no modulo bias; almost always one draw).

@@ -4,16 +4,10 @@
 #include <numbers>
 #include <random>
 
+#include "runtime/base/splitmix64.h"
+
 namespace zs::nn {
 namespace {
-
-// splitmix64's finaliser: a cheap, well-mixed 64-bit hash step.
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 // A uniform double in (0, 1] from the top 53 bits.
 double Uniform(std::mt19937_64& gen) {
@@ -23,8 +17,8 @@ double Uniform(std::mt19937_64& gen) {
 }  // namespace
 
 void FillNormal(uint64_t seed, int unit, int param, float stddev, std::span<float> values) {
-  const uint64_t key =
-      Mix(Mix(Mix(seed) ^ static_cast<uint64_t>(unit)) ^ (static_cast<uint64_t>(param) << 32));
+  const uint64_t key = SplitMix64(SplitMix64(SplitMix64(seed) ^ static_cast<uint64_t>(unit)) ^
+                                  (static_cast<uint64_t>(param) << 32));
   std::mt19937_64 gen(key);
   for (size_t i = 0; i < values.size(); i += 2) {
     const double r = std::sqrt(-2.0 * std::log(Uniform(gen)));

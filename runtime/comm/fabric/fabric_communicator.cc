@@ -6,6 +6,7 @@
 #include <bit>
 #include <cstring>
 
+#include "runtime/base/splitmix64.h"
 #include "runtime/comm/fabric/fabric_transfer.h"
 #include "runtime/comm/host_reduce.h"
 #include "runtime/comm/op_checks.h"
@@ -16,13 +17,6 @@ namespace {
 constexpr int kMaxSegments = (1 << 20) - 1;  // the tag's segment field
 constexpr int kCommIdCandidates = 64;
 
-uint64_t Mix64(uint64_t x) {  // splitmix64's finalizer
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 // One segmented message between this rank and one peer. Segment s lives at
 // base + (ring ? s % ring : s) * segment and has min(segment, bytes - s * segment) bytes.
 struct Stream {
@@ -30,11 +24,11 @@ struct Stream {
   int peer = 0;
   char* base = nullptr;
   size_t bytes = 0;
-  int ring = 0;           // 0: the segments are laid out linearly
-  uint64_t tag = 0;       // without the segment field
+  int ring = 0;      // 0: the segments are laid out linearly
+  uint64_t tag = 0;  // without the segment field
   int segments = 0;
-  int limit = 0;          // segments [0, limit) may be posted (gating by the operation)
-  int next = 0;           // next segment to post
+  int limit = 0;  // segments [0, limit) may be posted (gating by the operation)
+  int next = 0;   // next segment to post
   int in_flight = 0;
   int done = 0;
 };
@@ -93,9 +87,10 @@ class StreamSet {
     finished_.clear();
     ZS_RETURN_IF_ERROR(transfer_.WaitSome(&finished_));
     if (finished_.empty()) {
-      return InternalError(fmt::format("{}: no transfer outstanding but the operation is not "
-                                       "complete",
-                                       transfer_.description()));
+      return InternalError(
+          fmt::format("{}: no transfer outstanding but the operation is not "
+                      "complete",
+                      transfer_.description()));
     }
     Finish(on_segment);
     return OkStatus();
@@ -121,7 +116,6 @@ class StreamSet {
   }
 
  public:
-
  private:
   FabricTransfer& transfer_;
   const size_t segment_;
@@ -164,8 +158,8 @@ FabricCommunicator::FabricCommunicator(std::shared_ptr<FabricEndpoint> endpoint,
       tuning_(tuning),
       send_seq_(world_ranks_.size(), 0),
       recv_seq_(world_ranks_.size(), 0),
-      queue_(std::in_place,
-             fmt::format("fabric communicator of group '{}' (rank {})", options_.group_name, rank)) {
+      queue_(std::in_place, fmt::format("fabric communicator of group '{}' (rank {})",
+                                        options_.group_name, rank)) {
   for (int w : world_ranks_) addresses_.push_back(endpoint_->peer_address(w));
 }
 
@@ -178,8 +172,7 @@ FabricCommunicator::~FabricCommunicator() {
   p2p_cv_.notify_all();
   if (p2p_thread_.joinable()) p2p_thread_.join();
   if (options_.tracker != nullptr && scratch_bytes_ > 0) {
-    options_.tracker->Sub(MemoryTier::kHost, MemoryCategory::kCommBuffers,
-                          int64_t(scratch_bytes_));
+    options_.tracker->Sub(MemoryTier::kHost, MemoryCategory::kCommBuffers, int64_t(scratch_bytes_));
   }
   if (comm_id_ != 0) endpoint_->ReleaseCommId(comm_id_);
 }
@@ -218,9 +211,8 @@ char* FabricCommunicator::Scratch(size_t bytes) {
 
 // ---- operations (worker thread) ----------------------------------------------------------
 
-Status FabricCommunicator::RunAllGather(const std::string& description, OpKind kind,
-                                        uint32_t seq, const void* send, void* recv,
-                                        size_t bytes) {
+Status FabricCommunicator::RunAllGather(const std::string& description, OpKind kind, uint32_t seq,
+                                        const void* send, void* recv, size_t bytes) {
   char* out = static_cast<char*>(recv);
   if (bytes > 0 && send != out + size_t(rank_) * bytes) {
     std::memcpy(out + size_t(rank_) * bytes, send, bytes);
@@ -240,9 +232,9 @@ Status FabricCommunicator::RunAllGather(const std::string& description, OpKind k
   return OkStatus();
 }
 
-Status FabricCommunicator::RunReduce(const std::string& description, uint32_t seq,
-                                     const void* send, void* recv, const Blocks& blocks,
-                                     DType dtype, ReduceOp op, bool all_gather) {
+Status FabricCommunicator::RunReduce(const std::string& description, uint32_t seq, const void* send,
+                                     void* recv, const Blocks& blocks, DType dtype, ReduceOp op,
+                                     bool all_gather) {
   const int n = size();
   const char* in = static_cast<const char*>(send);
   char* out = static_cast<char*>(recv);
@@ -261,9 +253,9 @@ Status FabricCommunicator::RunReduce(const std::string& description, uint32_t se
   transfer->KeepAliveIfOrphaned(scratch_);
   StreamSet streams(*transfer, segment, tuning_.window);
   const OpKind reduce_kind = all_gather ? OpKind::kAllReduceReduce : OpKind::kReduceScatter;
-  std::vector<int> ring_of(n, -1);       // peer -> ring index in scratch
-  std::vector<int> reduce_recv;          // stream ids gated by the reduction
-  std::vector<int> gather_send;          // stream ids gated by the reduction
+  std::vector<int> ring_of(n, -1);  // peer -> ring index in scratch
+  std::vector<int> reduce_recv;     // stream ids gated by the reduction
+  std::vector<int> gather_send;     // stream ids gated by the reduction
   for (int p = 0, q = 0; p < n; ++p) {
     if (p == rank_) continue;
     ring_of[p] = q;
@@ -273,8 +265,7 @@ Status FabricCommunicator::RunReduce(const std::string& description, uint32_t se
     streams[r].limit = ring;
     reduce_recv.push_back(r);
     if (all_gather) {
-      const int g = streams.Add(true, p, own, own_bytes, Tag(OpKind::kAllReduceGather, seq,
-                                                              rank_));
+      const int g = streams.Add(true, p, own, own_bytes, Tag(OpKind::kAllReduceGather, seq, rank_));
       streams[g].limit = 0;
       gather_send.push_back(g);
       streams.Add(false, p, out + blocks.offset[p], blocks.bytes[p],
@@ -315,8 +306,8 @@ Status FabricCommunicator::RunReduce(const std::string& description, uint32_t se
   return OkStatus();
 }
 
-Status FabricCommunicator::RunBroadcast(const std::string& description, uint32_t seq,
-                                        void* buffer, size_t bytes, int root) {
+Status FabricCommunicator::RunBroadcast(const std::string& description, uint32_t seq, void* buffer,
+                                        size_t bytes, int root) {
   const int n = size();
   if (bytes == 0 || n == 1) return OkStatus();
   // A chain root -> root+1 -> ...: every segment crosses each link once, and a rank forwards a
@@ -350,9 +341,10 @@ Status FabricCommunicator::RunBroadcast(const std::string& description, uint32_t
 Status FabricCommunicator::BrokenStatus(const std::string& description) const {
   std::lock_guard<std::mutex> lock(broken_mu_);
   if (broken_.ok()) return OkStatus();
-  return AbortedError(fmt::format("{} not run: the fabric communicator of group '{}' is unusable "
-                                  "after an earlier failure: {}",
-                                  description, group_name(), broken_.ToString()));
+  return AbortedError(
+      fmt::format("{} not run: the fabric communicator of group '{}' is unusable "
+                  "after an earlier failure: {}",
+                  description, group_name(), broken_.ToString()));
 }
 
 void FabricCommunicator::MarkBroken(const Status& status) {
@@ -420,8 +412,8 @@ void FabricCommunicator::PointToPointLoop() {
       }
       // The deadline of a point-to-point operation runs from here, when it starts.
       op->transfer = NewTransfer(op->work->description());
-      op->streams = std::make_unique<StreamSet>(*op->transfer, SegmentBytes(op->bytes),
-                                                tuning_.window);
+      op->streams =
+          std::make_unique<StreamSet>(*op->transfer, SegmentBytes(op->bytes), tuning_.window);
       op->streams->Add(op->is_send, op->peer, op->buffer, op->bytes,
                        Tag(OpKind::kPointToPoint, op->seq, op->is_send ? rank_ : op->peer));
       op->streams->PumpAll();
@@ -487,8 +479,9 @@ Status FabricCommunicator::RunSplit(uint32_t seq, int color, int key, const std:
   };
   std::vector<uint16_t> candidates;
   for (int i = 0; i < kCommIdCandidates; ++i) {
-    const uint64_t h = Mix64(Mix64(Mix64(comm_id_) ^ seq) ^ uint64_t(uint32_t(color))) ^ i;
-    candidates.push_back(uint16_t(1 + Mix64(h) % 4095));
+    const uint64_t h =
+        SplitMix64(SplitMix64(SplitMix64(comm_id_) ^ seq) ^ uint64_t(uint32_t(color))) ^ i;
+    candidates.push_back(uint16_t(1 + SplitMix64(h) % 4095));
   }
   Entry mine{color, key, color >= 0 ? endpoint_->ReserveCommIds(candidates) : 0};
   auto release_except = [&](int keep) {
@@ -497,10 +490,10 @@ Status FabricCommunicator::RunSplit(uint32_t seq, int color, int key, const std:
     }
   };
   std::vector<Entry> all(size());
-  Status exchanged = RunAllGather(
-      fmt::format("split(color={}, key={}, '{}') on group '{}' (rank {} of {})", color, key, name,
-                  group_name(), rank_, size()),
-      OpKind::kSplit, seq, &mine, all.data(), sizeof(Entry));
+  Status exchanged =
+      RunAllGather(fmt::format("split(color={}, key={}, '{}') on group '{}' (rank {} of {})", color,
+                               key, name, group_name(), rank_, size()),
+                   OpKind::kSplit, seq, &mine, all.data(), sizeof(Entry));
   if (!exchanged.ok()) {
     release_except(-1);
     return exchanged;
@@ -518,9 +511,10 @@ Status FabricCommunicator::RunSplit(uint32_t seq, int color, int key, const std:
   });
   if (common == 0) {
     release_except(-1);
-    return InternalError(fmt::format("split(color={}) of group '{}': no communicator id is free "
-                                     "on every member's endpoint (too many communicators)",
-                                     color, group_name()));
+    return InternalError(
+        fmt::format("split(color={}) of group '{}': no communicator id is free "
+                    "on every member's endpoint (too many communicators)",
+                    color, group_name()));
   }
   const int chosen = std::countr_zero(common);
   release_except(chosen);
@@ -611,15 +605,14 @@ CommHandle FabricCommunicator::StartBroadcast(void* buffer, size_t count, DType 
   });
 }
 
-CommHandle FabricCommunicator::StartSend(const void* buffer, size_t count, DType dtype,
-                                         int peer) {
-  std::string description = fmt::format("{} to rank {}", DescribeOp(*this, "send", count, dtype),
-                                        peer);
+CommHandle FabricCommunicator::StartSend(const void* buffer, size_t count, DType dtype, int peer) {
+  std::string description =
+      fmt::format("{} to rank {}", DescribeOp(*this, "send", count, dtype), peer);
   Status check = CheckBuffer(*this, "send", buffer, count, "send");
   if (check.ok()) check = CheckPeer(*this, peer, "send");
   if (check.ok() && peer == rank_) {
-    check = InvalidArgumentError(fmt::format("send on group '{}' (rank {}): cannot send to itself",
-                                             group_name(), rank_));
+    check = InvalidArgumentError(
+        fmt::format("send on group '{}' (rank {}): cannot send to itself", group_name(), rank_));
   }
   if (!check.ok()) return CommHandle::Completed(check, description);
   const uint32_t seq = send_seq_[peer]++;

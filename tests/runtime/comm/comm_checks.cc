@@ -10,19 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "runtime/base/splitmix64.h"
+
 namespace zs::testing {
 namespace {
 
 // No result of any check can equal it: every input (hence every sum, average and max) is
 // positive.
 constexpr float kSentinel = -3.0f;
-
-uint64_t Mix(uint64_t x) {  // splitmix64's finalizer
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // A typed host buffer.
 class Buffer {
@@ -127,7 +122,8 @@ constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax};
 }  // namespace
 
 float InputValue(int rank, size_t index, uint32_t seed, DType dtype) {
-  const uint64_t h = Mix(Mix(uint64_t(seed) * 0x100000001b3ull + uint64_t(rank)) ^ index);
+  const uint64_t h =
+      SplitMix64(SplitMix64(uint64_t(seed) * 0x100000001b3ull + uint64_t(rank)) ^ index);
   const float mantissa = 1.0f + float(h & 0x7fffff) / float(1 << 23);  // [1, 2)
   const int exponent = int((h >> 40) % 8) - 4;                         // 2^-4 .. 2^3
   const float v = std::ldexp(mantissa, exponent);

@@ -6,6 +6,7 @@
 
 #include <mutex>
 
+#include "runtime/base/splitmix64.h"
 #include "runtime/comm/local_ranks.h"
 #include "runtime/device/device_factory.h"
 #include "runtime/engine/zero_engine.h"
@@ -16,19 +17,12 @@ namespace {
 
 constexpr int kVocab = 37, kSeq = 7;
 
-uint64_t Mix(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 // A learnable stream: token t+1 = (3 * token t + noise) mod V, sequence g of step s.
 void FillTokens(int step, uint64_t g, std::span<int32_t> in, std::span<int32_t> out) {
-  int32_t t = int32_t(Mix(uint64_t(step) * 1000003 + g) % kVocab);
+  int32_t t = int32_t(SplitMix64(uint64_t(step) * 1000003 + g) % kVocab);
   for (int i = 0; i < kSeq; ++i) {
     in[i] = t;
-    t = int32_t((3 * t + int(Mix(g * 31 + i + uint64_t(step) * 7) % 3)) % kVocab);
+    t = int32_t((3 * t + int(SplitMix64(g * 31 + i + uint64_t(step) * 7) % 3)) % kVocab);
     out[i] = t;
   }
 }

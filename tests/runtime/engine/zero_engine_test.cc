@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "examples/custom_model/tanh_mlp.h"
+#include "runtime/base/splitmix64.h"
 #include "runtime/comm/local_ranks.h"
 #include "runtime/device/device_factory.h"
 #include "runtime/model/dense_unit_access.h"
@@ -18,14 +19,8 @@ namespace {
 
 using examples::TanhMlp;
 
-uint64_t Mix(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 float Uniform(uint64_t a, uint64_t b, uint64_t c) {
-  return 2.0f * float(Mix(a ^ Mix(b ^ Mix(c))) >> 40) / float(1 << 24) - 1.0f;
+  return 2.0f * float(SplitMix64(a ^ SplitMix64(b ^ SplitMix64(c))) >> 40) / float(1 << 24) - 1.0f;
 }
 
 struct RunSpec {
