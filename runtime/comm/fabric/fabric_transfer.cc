@@ -13,7 +13,7 @@ namespace {
 
 constexpr auto kLivenessPeriod = std::chrono::milliseconds(200);
 constexpr auto kAbandonGrace = std::chrono::milliseconds(1000);
-constexpr int kSpinPolls = 64;    // empty polls before yielding
+constexpr int kSpinPolls = 64;     // empty polls before yielding
 constexpr int kYieldPolls = 2048;  // empty polls before sleeping
 
 std::string RankList(const std::set<int>& ranks) {
@@ -63,6 +63,20 @@ FabricRequest* FabricTransfer::NewRequest(bool is_send, int peer, void* buffer, 
 }
 
 void FabricTransfer::Post(FabricRequest* request) {
+  // [Note: never send to a dead peer] The shm provider inserts a send into the receiver's
+  // shared region under the receiver's spin lock. A receiver killed while holding that lock
+  // leaves it held forever, and fi_tsend would spin in the provider, past every deadline of
+  // ours. So a send to a peer known to be dead fails here instead of being posted.
+  if (request->is_send && PeerGone(peers_[request->peer])) {
+    states_[request->slot] = State::kFree;
+    free_.push_back(request);
+    if (post_error_.ok()) {
+      post_error_ = UnavailableError(
+          fmt::format("{}: rank {} ({}) died while this rank was sending to it", description_,
+                      request->peer, peers_[request->peer].Describe()));
+    }
+    return;
+  }
   const fi_addr_t address = addresses_[request->peer];
   const ssize_t rc = request->is_send ? endpoint_.PostSend(request, address)
                                       : endpoint_.PostRecv(request, address);
@@ -120,8 +134,8 @@ Status FabricTransfer::CheckFinished(const FabricRequest& request) const {
         description_, request.peer, request.length, request.tag));
   }
   if (request.error != 0) {
-    return UnavailableError(fmt::format("{}: {} rank {} ({}) failed: {}", description_,
-                                        direction, request.peer, peers_[request.peer].Describe(),
+    return UnavailableError(fmt::format("{}: {} rank {} ({}) failed: {}", description_, direction,
+                                        request.peer, peers_[request.peer].Describe(),
                                         request.error_detail));
   }
   if (!request.is_send && request.received != request.length) {
