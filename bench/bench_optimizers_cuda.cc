@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/device_probe.h"
 #include "kernels/cuda/fused_optimizer.h"
 
 namespace zs::kernels {
@@ -28,17 +29,6 @@ namespace {
 constexpr size_t kStepBytesPerParam = 28;   // read master, m, v (f32), grad (bf16); write 3 + 1
 constexpr size_t kArenaBytesPerParam = 16;  // master, m, v, grad, param_out
 constexpr size_t kCopyBytesPerParam = 14;   // copied once: 28 bytes moved per parameter
-
-std::string NoDeviceReason() {
-  int count = 0;
-  const cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess) {
-    return std::string("cudaGetDeviceCount failed: ") + cudaGetErrorName(err) + " (" +
-           cudaGetErrorString(err) + ")";
-  }
-  if (count == 0) return "cudaGetDeviceCount returned 0 devices";
-  return "";
-}
 
 // The benchmark's device buffers, allocated once for all benchmarks.
 struct Buffers {
@@ -232,7 +222,7 @@ BENCHMARK(BM_DeviceCopy)->UseManualTime()->Unit(benchmark::kMillisecond);
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  if (const std::string reason = zs::kernels::NoDeviceReason(); !reason.empty()) {
+  if (const std::string reason = zs::kernels::NoCudaDeviceReason(); !reason.empty()) {
     std::printf("bench_optimizers_cuda: skipped, no CUDA device: %s\n", reason.c_str());
     return 0;
   }

@@ -13,32 +13,12 @@
 #include <vector>
 
 #include "kernels/cpu_reference.h"
+#include "tests/kernels/cuda_test_support.h"
 #include "kernels/cuda/convert.h"
 #include "kernels/cuda/grad_norm.h"
 
 namespace zs::kernels {
 namespace {
-
-// Empty when a device is usable, else why not.
-std::string NoDeviceReason() {
-  int count = 0;
-  const cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess) {
-    return std::string("cudaGetDeviceCount failed: ") + cudaGetErrorName(err) + " (" +
-           cudaGetErrorString(err) + ")";
-  }
-  if (count == 0) return "cudaGetDeviceCount returned 0 devices";
-  return "";
-}
-
-#define ZS_SKIP_WITHOUT_GPU()                                           \
-  do {                                                                  \
-    if (const std::string reason = NoDeviceReason(); !reason.empty()) { \
-      GTEST_SKIP() << "no CUDA device: " << reason;                     \
-    }                                                                   \
-  } while (0)
-
-#define ZS_CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 
 // A device copy of a host vector that frees itself.
 template <typename T>

@@ -17,31 +17,12 @@
 #include <string>
 #include <vector>
 
+#include "tests/kernels/cuda_test_support.h"
 #include "kernels/cuda/fused_optimizer.h"
 #include "kernels/float_bits.h"
 
 namespace zs::kernels {
 namespace {
-
-std::string NoDeviceReason() {
-  int count = 0;
-  const cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess) {
-    return std::string("cudaGetDeviceCount failed: ") + cudaGetErrorName(err) + " (" +
-           cudaGetErrorString(err) + ")";
-  }
-  if (count == 0) return "cudaGetDeviceCount returned 0 devices";
-  return "";
-}
-
-#define ZS_SKIP_WITHOUT_GPU()                                           \
-  do {                                                                  \
-    if (const std::string reason = NoDeviceReason(); !reason.empty()) { \
-      GTEST_SKIP() << "no CUDA device: " << reason;                     \
-    }                                                                   \
-  } while (0)
-
-#define ZS_CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 
 template <typename T>
 class DeviceVector {
