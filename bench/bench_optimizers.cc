@@ -70,7 +70,7 @@ struct Shard {
   int64_t n;
   int states;
   std::unique_ptr<Array> master, grad, param_out, state[2], scale[2];
-  std::vector<WeightDecaySegment> segments;
+  std::vector<ShardSegment> segments;
   ShardStep step;
 
   int64_t BytesPerParam() const {

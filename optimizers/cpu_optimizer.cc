@@ -139,7 +139,7 @@ void CheckShard(const OptimizerHyper& h, const ShardStep& s, int num_states) {
   }
   ZS_CHECK(!s.segments.empty(), "no weight-decay segments for a shard of {} elements", s.n);
   int64_t expected = 0;
-  for (const WeightDecaySegment& seg : s.segments) {
+  for (const ShardSegment& seg : s.segments) {
     ZS_CHECK(seg.begin == expected && seg.end >= seg.begin,
              "weight-decay segment [{}, {}) does not follow [.., {})", seg.begin, seg.end,
              expected);
@@ -147,6 +147,19 @@ void CheckShard(const OptimizerHyper& h, const ShardStep& s, int num_states) {
   }
   ZS_CHECK(expected == s.n, "weight-decay segments end at {}, shard has {} elements", expected,
            s.n);
+  const int64_t groups = std::max<int64_t>(1, int64_t(s.groups.size()));
+  for (const ShardSegment& seg : s.segments) {
+    ZS_CHECK(seg.group >= 0 && seg.group < groups,
+             "segment [{}, {}) names parameter group {}, the shard has {}", seg.begin, seg.end,
+             seg.group, groups);
+  }
+  // [Note: parameter groups] SGD's state exists for all groups or none.
+  for (size_t g = 0; g < s.groups.size(); ++g) {
+    ZS_CHECK(h.kind != OptimizerKind::kSgd || (s.groups[g].beta1 != 0.0f) == (h.beta1 != 0.0f),
+             "SGD group {} has momentum {} but the step's momentum is {}: a momentum buffer "
+             "exists for every group or for none",
+             g, s.groups[g].beta1, h.beta1);
+  }
 }
 
 }  // namespace
@@ -155,11 +168,19 @@ void CpuOptimizer::Step(const OptimizerHyper& hyper, const ShardStep& shard) {
   const int num_states = NumStates(hyper.kind, hyper.beta1);
   CheckShard(hyper, shard, num_states);
   if (shard.n == 0) return;
-  const internal::KernelConstants consts = internal::MakeKernelConstants(hyper);
+  // One set of constants per parameter group ([Note: parameter groups]).
+  std::vector<internal::KernelConstants> consts;
+  if (shard.groups.empty()) {
+    consts.push_back(internal::MakeKernelConstants(hyper));
+  } else {
+    for (const GroupHyper& g : shard.groups) {
+      consts.push_back(internal::MakeKernelConstants(WithGroup(hyper, g)));
+    }
+  }
   const bool fp32_states = shard.state_dtype == StateDType::kF32;
   const size_t grad_size = DTypeSize(shard.grad_dtype);
   const size_t out_size = DTypeSize(shard.param_dtype);
-  const std::span<const WeightDecaySegment> segments = shard.segments;
+  const std::span<const ShardSegment> segments = shard.segments;
 
   auto run_tile = [&](int64_t tile, int participant) {
     const int64_t begin = tile * kTileElements;
@@ -179,17 +200,15 @@ void CpuOptimizer::Step(const OptimizerHyper& hyper, const ShardStep& shard) {
         // [Note: state layout] codes and scales are addressed from the tile's first element.
         float* decoded = scratch + k * kTileElements;
         states[k] = decoded;
+        // Root states stay roots in the scratch: the kernel squares and takes the root itself.
         DecodeState(shard.state_dtype, static_cast<const uint8_t*>(shard.state[k]) + begin,
                     shard.state_scale[k] + begin / kQuantBlock, begin, len, decoded);
-        if (Int8StoresRoot(hyper.kind, k)) {
-          for (int64_t i = 0; i < len; ++i) decoded[i] *= decoded[i];
-        }
       }
     }
     // The first segment that ends after `begin`; split the tile at segment boundaries.
     auto seg =
         std::upper_bound(segments.begin(), segments.end(), begin,
-                         [](int64_t pos, const WeightDecaySegment& s) { return pos < s.end; });
+                         [](int64_t pos, const ShardSegment& s) { return pos < s.end; });
     for (int64_t pos = begin; pos < end; ++seg) {
       const int64_t piece_end = std::min(end, seg->end);
       if (piece_end <= pos) continue;  // empty segment
@@ -206,9 +225,7 @@ void CpuOptimizer::Step(const OptimizerHyper& hyper, const ShardStep& shard) {
         // Tiles never straddle a 2^32 index boundary (kTileElements divides 2^32).
         r.bf16_states = true;
         r.index_lo = static_cast<uint32_t>(pos);
-        for (int k = 0; k < num_states; ++k) {
-          r.sr_key[k] = sr::MakeSrKey(shard.seed, hyper.step, k, static_cast<uint32_t>(pos >> 32));
-        }
+        r.sr_key = sr::MakeSrKey(shard.seed, hyper.step, static_cast<uint32_t>(pos >> 32));
       }
       r.grad = static_cast<const uint8_t*>(shard.grad) + pos * grad_size;
       r.grad_dtype = shard.grad_dtype;
@@ -218,15 +235,13 @@ void CpuOptimizer::Step(const OptimizerHyper& hyper, const ShardStep& shard) {
                         : nullptr;
       r.param_dtype = shard.param_dtype;
       r.weight_decay = seg->weight_decay;
-      internal::RunOptimizerKernel(consts, r);
+      r.second_moment_as_root = scratch_states;  // int8 ([Note: int8 second moments])
+      internal::RunOptimizerKernel(consts[size_t(seg->group)], r);
       pos = piece_end;
     }
     if (scratch_states) {
       for (int k = 0; k < num_states; ++k) {
         float* decoded = static_cast<float*>(states[k]);
-        if (Int8StoresRoot(hyper.kind, k)) {
-          for (int64_t i = 0; i < len; ++i) decoded[i] = std::sqrt(decoded[i]);
-        }
         EncodeState(shard.state_dtype, decoded, begin, len,
                     static_cast<uint8_t*>(shard.state[k]) + begin,
                     shard.state_scale[k] + begin / kQuantBlock, shard.seed, hyper.step, k);

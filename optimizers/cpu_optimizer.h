@@ -2,8 +2,9 @@
 // (runtime dispatch: AVX-512, AVX2, SSE4, scalar; NEON on Arm) and a few threads.
 //
 // Contract
-// - Step(hyper, shard) applies one update (optimizer_spec.h gives the rules, the state layout
-//   and the weight-decay segments) to shard elements [0, shard.n), reading the gradient in its
+// - Step(hyper, shard) applies one update (optimizer_spec.h gives the rules, the state layout,
+//   the weight-decay segments and the parameter groups, each segment stepping with its group's
+//   lr, betas and eps) to shard elements [0, shard.n), reading the gradient in its
 //   stored dtype and writing the low-precision parameter copy in the same pass when
 //   shard.param_out is set.
 // - Work is cut into tiles of kTileElements (a multiple of kQuantBlock) handed to the pool's
@@ -17,7 +18,8 @@
 //   the caller (0 or 1 = the caller alone). One Step at a time per object; different objects
 //   are independent.
 // - Errors: none at run time; invalid shards (null master, missing states for the kind,
-//   segments not covering [0, n)) are programmer bugs caught by ZS_CHECK.
+//   segments not covering [0, n), a segment's group out of range, SGD groups that disagree on
+//   having momentum) are programmer bugs caught by ZS_CHECK.
 #pragma once
 
 #include <cstdint>

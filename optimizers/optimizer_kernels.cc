@@ -132,19 +132,18 @@ HWY_INLINE VF LoadState(const void* state, size_t i) {
   }
 }
 
+// `r`: the state's 16 random bits per lane (bf16 states; unused for fp32).
 template <bool kBF16>
-HWY_INLINE void StoreState(VF x, void* state, size_t i, uint32_t index, sr::SrKey key) {
+HWY_INLINE void StoreState(VF x, void* state, size_t i, VU r) {
   const DF df;
   if constexpr (kBF16) {
     const DU du;
     const DI di;
     const DU16 du16;
-    const VU idx = hn::Add(hn::Iota(du, 0), hn::Set(du, index));
-    const VU bits = sr::HWY_NAMESPACE::RoundToBF16Bits(du, hn::BitCast(du, x), idx, key);
+    const VU bits = sr::HWY_NAMESPACE::RoundToBF16Bits(du, hn::BitCast(du, x), r);
     hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, bits)), du16, static_cast<uint16_t*>(state) + i);
   } else {
-    (void)index;
-    (void)key;
+    (void)r;
     hn::StoreU(x, df, static_cast<float*>(state) + i);
   }
 }
@@ -155,8 +154,18 @@ template <OptimizerKind K, DType G, int O, bool S>
 HWY_INLINE void Body(const KernelConstants& c, const KernelRange& r, float* master, void* s0,
                      void* s1, const void* grad, void* out, size_t i, uint32_t index) {
   const DF df;
+  const DU du;
   const float wd = r.weight_decay;
   const float grad_scale = r.grad_scale;
+  // bf16 states: one hash per element, its high half rounds state 0 and its low half state 1
+  // ([Note: stochastic rounding bits]).
+  VU r0 = hn::Zero(du), r1 = hn::Zero(du);
+  if constexpr (S) {
+    namespace srv = sr::HWY_NAMESPACE;
+    const VU hash = srv::SrHashV(du, hn::Add(hn::Iota(du, 0), hn::Set(du, index)), r.sr_key);
+    r0 = srv::SrBitsV(du, hash, 0);
+    r1 = srv::SrBitsV(du, hash, 1);
+  }
   VF w = hn::LoadU(df, master + i);
   VF g = hn::Mul(LoadGrad<G>(grad, i), hn::Set(df, grad_scale));
   if constexpr (K == OptimizerKind::kAdamW || K == OptimizerKind::kAdam) {
@@ -164,11 +173,14 @@ HWY_INLINE void Body(const KernelConstants& c, const KernelRange& r, float* mast
     if constexpr (K == OptimizerKind::kAdam) g = hn::Add(g, hn::Mul(hn::Set(df, wd), w));
     const VF m = hn::Add(hn::Mul(hn::Set(df, c.beta1), LoadState<S>(s0, i)),
                          hn::Mul(hn::Set(df, c.one_minus_beta1), g));
-    const VF v = hn::Add(hn::Mul(hn::Set(df, c.beta2), LoadState<S>(s1, i)),
+    VF v_old = LoadState<S>(s1, i);
+    if (!S && r.second_moment_as_root) v_old = hn::Mul(v_old, v_old);
+    const VF v = hn::Add(hn::Mul(hn::Set(df, c.beta2), v_old),
                          hn::Mul(hn::Mul(hn::Set(df, c.one_minus_beta2), g), g));
-    StoreState<S>(m, s0, i, index, r.sr_key[0]);
-    StoreState<S>(v, s1, i, index, r.sr_key[1]);
-    const VF denom = hn::Add(hn::Mul(hn::Sqrt(v), hn::Set(df, c.inv_sqrt_bc2)), hn::Set(df, c.eps));
+    const VF root_v = hn::Sqrt(v);
+    StoreState<S>(m, s0, i, r0);
+    StoreState<S>(!S && r.second_moment_as_root ? root_v : v, s1, i, r1);
+    const VF denom = hn::Add(hn::Mul(root_v, hn::Set(df, c.inv_sqrt_bc2)), hn::Set(df, c.eps));
     if constexpr (K == OptimizerKind::kAdamW) w = hn::Mul(w, hn::Set(df, 1.0f - c.lr * wd));
     w = hn::Sub(w, hn::Div(hn::Mul(hn::Set(df, c.step_size), m), denom));
   } else if constexpr (K == OptimizerKind::kSgd) {
@@ -177,15 +189,18 @@ HWY_INLINE void Body(const KernelConstants& c, const KernelRange& r, float* mast
     if (c.sgd_momentum) {
       const VF buf =
           c.sgd_first_step ? g : hn::Add(hn::Mul(hn::Set(df, c.beta1), LoadState<S>(s0, i)), g);
-      StoreState<S>(buf, s0, i, index, r.sr_key[0]);
+      StoreState<S>(buf, s0, i, r0);
       update = c.nesterov ? hn::Add(g, hn::Mul(hn::Set(df, c.beta1), buf)) : buf;
     }
     w = hn::Sub(w, hn::Mul(hn::Set(df, c.lr), update));
   } else if constexpr (K == OptimizerKind::kAdagrad) {
     g = hn::Add(g, hn::Mul(hn::Set(df, wd), w));
-    const VF s = hn::Add(LoadState<S>(s0, i), hn::Mul(g, g));
-    StoreState<S>(s, s0, i, index, r.sr_key[0]);
-    const VF denom = hn::Add(hn::Sqrt(s), hn::Set(df, c.eps));
+    VF s_old = LoadState<S>(s0, i);
+    if (!S && r.second_moment_as_root) s_old = hn::Mul(s_old, s_old);
+    const VF s = hn::Add(s_old, hn::Mul(g, g));
+    const VF root_s = hn::Sqrt(s);
+    StoreState<S>(!S && r.second_moment_as_root ? root_s : s, s0, i, r0);
+    const VF denom = hn::Add(root_s, hn::Set(df, c.eps));
     w = hn::Sub(w, hn::Div(hn::Mul(hn::Set(df, c.lr), g), denom));
   } else {  // Lion
     const VF m = LoadState<S>(s0, i);
@@ -199,7 +214,7 @@ HWY_INLINE void Body(const KernelConstants& c, const KernelRange& r, float* mast
     w = hn::Sub(w, hn::Mul(hn::Set(df, c.lr), sign));
     StoreState<S>(
         hn::Add(hn::Mul(hn::Set(df, c.beta2), m), hn::Mul(hn::Set(df, c.one_minus_beta2), g)), s0,
-        i, index, r.sr_key[0]);
+        i, r0);
   }
   hn::StoreU(w, df, master + i);
   if constexpr (O != kParamNone) StoreParam<O>(w, out, i);

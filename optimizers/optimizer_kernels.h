@@ -47,7 +47,11 @@ struct KernelRange {
   void* state0 = nullptr;
   void* state1 = nullptr;
   bool bf16_states = false;
-  sr::SrKey sr_key[2];     // bf16 states: the key of each state's run of indices
+  // fp32 states only: the second moment (Adam's state1, Adagrad's state0) is held as its
+  // square root, read and written so ([Note: int8 second moments]): the int8 path's scratch,
+  // which then needs no squaring or square-root pass of its own.
+  bool second_moment_as_root = false;
+  sr::SrKey sr_key;        // bf16 states: the key of the range's run of indices
   uint32_t index_lo = 0;   // bf16 states: low 32 bits of element 0's shard index
   const void* grad = nullptr;
   DType grad_dtype = DType::kF32;

@@ -31,6 +31,12 @@
 // - Weight decay comes from the parameters' specs as segments: ShardStep::segments cover
 //   [0, n) in order, each with its own weight-decay factor (0 where the spec says no decay and
 //   in padding). The kernels never infer it.
+// - [Note: parameter groups] Each segment also names its parameter group: an index into
+//   ShardStep::groups, whose lr, beta1, beta2 and eps replace OptimizerHyper's for that
+//   segment (bias corrections follow each group's betas). With no groups every segment is in
+//   group 0 and uses OptimizerHyper's values. What groups share is OptimizerHyper's: the kind,
+//   the step, nesterov, Adagrad's initial accumulator, and (SGD) whether a momentum buffer
+//   exists: a group's beta1 is zero exactly when OptimizerHyper's is.
 // - Gradients are read in their stored dtype (f32/bf16/f16) and multiplied by grad_scale (loss
 //   unscaling and clipping folded in). The updated weights are optionally written, rounded to
 //   nearest even, to param_out in param_dtype in the same pass.
@@ -100,11 +106,29 @@ inline constexpr int64_t StateBytes(StateDType t, int64_t n) {
   return 0;
 }
 
-struct WeightDecaySegment {
+struct ShardSegment {
   int64_t begin = 0;  // shard elements [begin, end)
   int64_t end = 0;
   float weight_decay = 0.0f;
+  int32_t group = 0;  // index into ShardStep::groups (0 when there are none)
 };
+
+// The hyper-parameters a parameter group may set apart ([Note: parameter groups]).
+struct GroupHyper {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+};
+
+// OptimizerHyper with one group's values in place of its own.
+inline OptimizerHyper WithGroup(OptimizerHyper hyper, const GroupHyper& group) {
+  hyper.lr = group.lr;
+  hyper.beta1 = group.beta1;
+  hyper.beta2 = group.beta2;
+  hyper.eps = group.eps;
+  return hyper;
+}
 
 // One optimizer step over shard elements [0, n).
 struct ShardStep {
@@ -118,7 +142,8 @@ struct ShardStep {
   float grad_scale = 1.0f;
   void* param_out = nullptr;        // optional: n elements of param_dtype
   DType param_dtype = DType::kBF16;
-  std::span<const WeightDecaySegment> segments;  // cover [0, n) in order
+  std::span<const ShardSegment> segments;  // cover [0, n) in order
+  std::span<const GroupHyper> groups;      // empty: one group, OptimizerHyper's values
   uint64_t seed = 0;                // stochastic rounding stream (bf16 states)
 };
 

@@ -62,7 +62,7 @@ void DecodeBF16(const uint16_t* in, size_t n, float* dst) {
 // of this function; the caller splits at 2^32 boundaries). Returns the number done.
 template <class DF>
 HWY_INLINE size_t EncodeBF16Lanes(DF df, const float* src, size_t count, uint16_t* out,
-                                  uint32_t index_lo, SrKey key) {
+                                  uint32_t index_lo, SrKey key, int state_index) {
   const hn::RebindToUnsigned<DF> du;
   const hn::RebindToSigned<DF> di;
   const hn::Rebind<uint16_t, DF> du16;
@@ -72,17 +72,21 @@ HWY_INLINE size_t EncodeBF16Lanes(DF df, const float* src, size_t count, uint16_
   for (; i + lanes <= count; i += lanes) {
     const auto u = hn::BitCast(du, hn::LoadU(df, src + i));
     const auto idx = hn::Add(iota, hn::Set(du, static_cast<uint32_t>(index_lo + i)));
-    const auto bits = sr::HWY_NAMESPACE::RoundToBF16Bits(du, u, idx, key);
+    namespace srv = sr::HWY_NAMESPACE;
+    const auto r = srv::SrBitsV(du, srv::SrHashV(du, idx, key), state_index);
+    const auto bits = srv::RoundToBF16Bits(du, u, r);
     // Every lane is <= 0xffff, so the saturating demotion is a plain truncation.
     hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, bits)), du16, out + i);
   }
   return i;
 }
 
-void EncodeBF16(const float* src, size_t n, uint16_t* out, uint32_t index_lo, SrKey key) {
-  const size_t done = EncodeBF16Lanes(hn::ScalableTag<float>(), src, n, out, index_lo, key);
+void EncodeBF16(const float* src, size_t n, uint16_t* out, uint32_t index_lo, SrKey key,
+                int state_index) {
+  const size_t done =
+      EncodeBF16Lanes(hn::ScalableTag<float>(), src, n, out, index_lo, key, state_index);
   EncodeBF16Lanes(hn::CappedTag<float, 1>(), src + done, n - done, out + done,
-                  static_cast<uint32_t>(index_lo + done), key);
+                  static_cast<uint32_t>(index_lo + done), key, state_index);
 }
 
 // ---- int8 -------------------------------------------------------------------------------------
@@ -226,6 +230,8 @@ void EncodeState(StateDType type, const float* src, int64_t offset, int64_t n, v
       if (codes != src) std::memmove(codes, src, static_cast<size_t>(n) * sizeof(float));
       return;
     case StateDType::kBF16: {
+      ZS_CHECK(state_index == 0 || state_index == 1, "EncodeState: state_index {} (0 or 1)",
+               state_index);
       // One key per run of indices sharing their high 32 bits ([Note: stochastic rounding bits]).
       auto* out = static_cast<uint16_t*>(codes);
       for (int64_t i = 0; i < n;) {
@@ -233,9 +239,10 @@ void EncodeState(StateDType type, const float* src, int64_t offset, int64_t n, v
         const uint64_t to_boundary = (uint64_t{1} << 32) - (index & 0xffffffffu);
         const int64_t count =
             static_cast<int64_t>(to_boundary) < n - i ? static_cast<int64_t>(to_boundary) : n - i;
-        const SrKey key = MakeSrKey(seed, step, state_index, static_cast<uint32_t>(index >> 32));
+        const SrKey key = MakeSrKey(seed, step, static_cast<uint32_t>(index >> 32));
         HWY_DYNAMIC_DISPATCH(EncodeBF16)
-        (src + i, static_cast<size_t>(count), out + i, static_cast<uint32_t>(index), key);
+        (src + i, static_cast<size_t>(count), out + i, static_cast<uint32_t>(index), key,
+         state_index);
         i += count;
       }
       return;
@@ -253,7 +260,7 @@ void EncodeState(StateDType type, const float* src, int64_t offset, int64_t n, v
 uint32_t StochasticRoundingBits(uint64_t seed, int64_t step, int state_index, int64_t index) {
   using namespace state_codec_internal;
   const uint64_t u = static_cast<uint64_t>(index);
-  return SrBits(MakeSrKey(seed, step, state_index, static_cast<uint32_t>(u >> 32)),
+  return SrBits(MakeSrKey(seed, step, static_cast<uint32_t>(u >> 32)), state_index,
                 static_cast<uint32_t>(u));
 }
 

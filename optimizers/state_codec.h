@@ -8,7 +8,8 @@
 // - `codes`, `src` and `dst` point at element `offset` of their arrays (bf16 codes are uint16_t
 //   bit patterns, int8 codes int8_t); `scales` is used by kInt8 only and may be null otherwise.
 // - kBF16: encoding rounds stochastically: 16 random bits r from a counter-based hash of
-//   (seed, step, state_index, offset + i) (StochasticRoundingBits) are added to the fp32 bits,
+//   (seed, step, offset + i), the high half for state_index 0 and the low half for 1
+//   (StochasticRoundingBits; [Note: stochastic rounding bits]), are added to the fp32 bits,
 //   which are then truncated to their high 16, so the value rounds away from zero with
 //   probability (low 16 bits) / 2^16. The expected value of the stored number is the fp32 value
 //   (small updates are not lost the way round-to-nearest loses them), bf16-exact values stay
@@ -39,7 +40,8 @@ void DecodeState(StateDType type, const void* codes, const float* scales, int64_
 void EncodeState(StateDType type, const float* src, int64_t offset, int64_t n, void* codes,
                  float* scales, uint64_t seed, int64_t step, int state_index);
 
-// The random 16 bits used for element `index` (exposed for tests and the CUDA kernels).
+// The random 16 bits used for element `index` of state `state_index` (0 or 1), exposed for
+// tests and the CUDA kernels.
 uint32_t StochasticRoundingBits(uint64_t seed, int64_t step, int state_index, int64_t index);
 
 }  // namespace zs

@@ -24,21 +24,31 @@ HWY_INLINE hn::Vec<DU> Fmix32V(DU du, hn::Vec<DU> h) {
   return hn::Xor(h, hn::ShiftRight<16>(h));
 }
 
-// The bf16 bits (in 32-bit lanes, each <= 0xffff) of the fp32 lanes `u` (as bits) rounded
-// stochastically with the random bits of indices `idx` (low 32 bits) under `key`. Finite values
-// cannot carry into the sign bit (at worst they truncate to inf, never NaN); inf keeps its bits
-// and NaN additionally gets the quiet bit, so a payload held only in the low 16 bits stays NaN.
+// The 32-bit hashes of indices `idx` (low 32 bits) under `key`: SrHash lane by lane.
 template <class DU>
-HWY_INLINE hn::Vec<DU> RoundToBF16Bits(DU du, hn::Vec<DU> u, hn::Vec<DU> idx, SrKey key) {
-  const auto r = hn::ShiftRight<16>(
-      Fmix32V(du, hn::Add(Fmix32V(du, hn::Xor(idx, hn::Set(du, key.k1))), hn::Set(du, key.k2))));
-  const auto exp_mask = hn::Set(du, 0x7f800000u);
-  const auto rounded = hn::ShiftRight<16>(hn::Add(u, r));
-  const auto is_nan_payload = hn::Ne(hn::And(u, hn::Set(du, 0x007fffffu)), hn::Zero(du));
-  const auto special =
-      hn::Or(hn::ShiftRight<16>(u), hn::IfThenElseZero(is_nan_payload, hn::Set(du, 0x0040u)));
-  const auto is_special = hn::Eq(hn::And(u, exp_mask), exp_mask);
-  return hn::IfThenElse(is_special, special, rounded);
+HWY_INLINE hn::Vec<DU> SrHashV(DU du, hn::Vec<DU> idx, SrKey key) {
+  return Fmix32V(du, hn::Add(Fmix32V(du, hn::Xor(idx, hn::Set(du, key.k1))), hn::Set(du, key.k2)));
+}
+
+// State `state_index`'s 16 random bits from the hashes (SrBits).
+template <class DU>
+HWY_INLINE hn::Vec<DU> SrBitsV(DU du, hn::Vec<DU> hash, int state_index) {
+  return state_index == 0 ? hn::ShiftRight<16>(hash) : hn::And(hash, hn::Set(du, 0xffffu));
+}
+
+// The bf16 bits (in 32-bit lanes, each <= 0xffff) of the fp32 lanes `u` (as bits) rounded
+// stochastically with the 16 random bits `r` of each lane. Finite values cannot carry into the
+// sign bit (at worst they truncate to inf, never NaN); inf keeps its bits (its low half is
+// zero and r < 2^16) and NaN gets the quiet bit instead of r, so a payload held only in the
+// low 16 bits stays NaN.
+template <class DU>
+HWY_INLINE hn::Vec<DU> RoundToBF16Bits(DU du, hn::Vec<DU> u, hn::Vec<DU> r) {
+  const hn::RebindToSigned<DU> di;
+  const auto abs = hn::And(u, hn::Set(du, 0x7fffffffu));
+  const auto is_nan = hn::RebindMask(
+      du, hn::Gt(hn::BitCast(di, abs), hn::Set(di, int32_t{0x7f800000})));
+  return hn::ShiftRight<16>(
+      hn::IfThenElse(is_nan, hn::Or(u, hn::Set(du, 0x00400000u)), hn::Add(u, r)));
 }
 
 }  // namespace HWY_NAMESPACE

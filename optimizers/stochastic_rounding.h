@@ -2,13 +2,18 @@
 // (state_codec.cc) and the fused optimizer kernels (optimizer_kernels.cc), so both round a state
 // element the same way.
 //
-// [Note: stochastic rounding bits] The random 16 bits for shard element `index` are
-//   key    = splitmix64 chain over (state_index, index >> 32), step and seed   (64 bits: k1, k2)
-//   bits   = fmix32(fmix32(uint32(index) ^ k1) + k2) >> 16                     (murmur3 fmix32)
-// The key is constant over any run of indices that share their high 32 bits, so kernels
-// compute it once per such run in scalar code and the per-element part in 32-bit lanes
-// (stochastic_rounding-inl.h). The bf16 value is then the high half of (bits(x) + r):
-// truncation after adding random low bits, so its expectation is x.
+// [Note: stochastic rounding bits] The random 16 bits for state `state_index` of shard element
+// `index` are half of one 32-bit hash of the element:
+//   key    = splitmix64 chain over (index >> 32), step and seed                 (64 bits: k1, k2)
+//   h      = fmix32(fmix32(uint32(index) ^ k1) + k2)                           (murmur3 fmix32)
+//   bits   = state_index == 0 ? h >> 16 : h & 0xffff
+// One hash serves both states of an element (Adam's m and v), which halves the hashing in the
+// fused kernels; fmix32's final xor-shift leaves both halves uniform and independent enough for
+// rounding (state_codec_test checks their means, bits and correlation). The key is constant
+// over any run of indices that share their high 32 bits, so kernels compute it once per such
+// run in scalar code and the per-element part in 32-bit lanes (stochastic_rounding-inl.h). The
+// bf16 value is then the high half of (bits(x) + r): truncation after adding random low bits,
+// so its expectation is x.
 #pragma once
 
 #include <cstdint>
@@ -33,15 +38,20 @@ struct SrKey {
 };
 
 // The key of the run of indices whose high 32 bits are `index_hi`.
-inline constexpr SrKey MakeSrKey(uint64_t seed, int64_t step, int state_index, uint32_t index_hi) {
-  uint64_t h = SplitMix64((uint64_t{index_hi} << 32) | static_cast<uint32_t>(state_index));
+inline constexpr SrKey MakeSrKey(uint64_t seed, int64_t step, uint32_t index_hi) {
+  uint64_t h = SplitMix64(uint64_t{index_hi} << 32);
   h = SplitMix64(h ^ static_cast<uint64_t>(step));
   h = SplitMix64(h ^ seed);
   return SrKey{static_cast<uint32_t>(h), static_cast<uint32_t>(h >> 32)};
 }
 
-inline constexpr uint32_t SrBits(SrKey key, uint32_t index_lo) {
-  return Fmix32(Fmix32(index_lo ^ key.k1) + key.k2) >> 16;
+inline constexpr uint32_t SrHash(SrKey key, uint32_t index_lo) {
+  return Fmix32(Fmix32(index_lo ^ key.k1) + key.k2);
+}
+
+inline constexpr uint32_t SrBits(SrKey key, int state_index, uint32_t index_lo) {
+  const uint32_t h = SrHash(key, index_lo);
+  return state_index == 0 ? h >> 16 : h & 0xffffu;
 }
 
 }  // namespace zs::sr

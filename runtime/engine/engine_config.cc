@@ -1,6 +1,8 @@
 #include "runtime/engine/engine_config.h"
 
 #include "optimizers/lr_schedule.h"
+#include "runtime/base/edit_distance.h"
+#include "runtime/engine/param_groups_json.h"
 
 #include <fmt/format.h>
 
@@ -287,6 +289,23 @@ KeyDecl BetasKey() {
   return key;
 }
 
+// zerostack.param_groups: an array of objects, read by param_groups_json.cc.
+KeyDecl ParamGroupsKey() {
+  KeyDecl key;
+  key.info = {"zerostack.param_groups", "array of objects", "",
+              "objects with a unique \"name\" and any of lr_scale (>= 0), betas, eps, "
+              "weight_decay, momentum (SGD)",
+              "hyper-parameters per parameter group (ParamSpec::group); unset fields inherit "
+              "optimizer.params"};
+  key.read = [](const Json& value, EngineConfig& c) {
+    return internal::ReadParamGroups(value, c.zerostack.param_groups);
+  };
+  key.write = [](const EngineConfig& c) {
+    return internal::WriteParamGroups(c.zerostack.param_groups);
+  };
+  return key;
+}
+
 #define ZS_FIELD(member) \
   [](auto& c) -> auto& { return c.member; }
 
@@ -466,6 +485,7 @@ const std::vector<KeyDecl>& Keys() {
                          "256 with one fp32 scale each"));
     k->push_back(IntKey("zerostack.optimizer_threads", ZS_FIELD(zerostack.optimizer_threads), 1,
                         256, "threads of each rank's CPU optimizer step"));
+    k->push_back(ParamGroupsKey());
     // Defaults come from a default-built config.
     const EngineConfig defaults;
     for (KeyDecl& key : *k) {
@@ -487,21 +507,6 @@ const KeyDecl* FindKey(const std::string& path) {
 
 bool IsSection(const std::string& path) {
   return std::find(std::begin(kSections), std::end(kSections), path) != std::end(kSections);
-}
-
-size_t EditDistance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
 }
 
 std::string LastComponent(const std::string& path) {
@@ -604,6 +609,22 @@ Status CheckCombinations(const EngineConfig& c) {
   if (c.optimizer.nesterov && c.optimizer.momentum == 0.0) {
     return InvalidArgumentError(
         "optimizer.params.nesterov: true needs optimizer.params.momentum > 0 (it is 0)");
+  }
+  for (size_t i = 0; i < c.zerostack.param_groups.size(); ++i) {
+    const ParamGroupConfig& g = c.zerostack.param_groups[i];
+    const bool sgd = c.optimizer.type == OptimizerType::kSgd;
+    if (g.momentum && !sgd) {
+      return InvalidArgumentError(fmt::format(
+          "zerostack.param_groups[{}] (\"{}\").momentum: only SGD has momentum; use betas", i,
+          g.name));
+    }
+    if (g.momentum && (*g.momentum == 0.0) != (c.optimizer.momentum == 0.0)) {
+      return InvalidArgumentError(fmt::format(
+          "zerostack.param_groups[{}] (\"{}\").momentum: {} while optimizer.params.momentum is "
+          "{}; allowed: zero exactly when optimizer.params.momentum is (one momentum buffer for "
+          "every group or none)",
+          i, g.name, *g.momentum, c.optimizer.momentum));
+    }
   }
   int64_t a = c.zerostack.alignment;
   if ((a & (a - 1)) != 0) {

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "optimizers/lr_schedule.h"
+#include "runtime/engine/param_group_config.h"
 #include "runtime/base/status.h"
 
 namespace zs {
@@ -142,6 +143,8 @@ struct ZerostackConfig {
   bool prefetch = true;              // stage 3: prefetch from the recorded trace
   OptimizerStateType optimizer_state_dtype = OptimizerStateType::kF32;
   int64_t optimizer_threads = 1;     // threads of each rank's CPU optimizer step
+  // Hyper-parameters per named parameter group (param_group_config.h); empty: one group.
+  std::vector<ParamGroupConfig> param_groups;
 
   bool operator==(const ZerostackConfig&) const = default;
 };

@@ -1,12 +1,16 @@
 #include "runtime/engine/zero_engine.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <deque>
 #include <limits>
+#include <optional>
+#include <set>
+#include <string>
 
 #include "optimizers/cpu_optimizer.h"
 #include "optimizers/optimizer_spec.h"
@@ -41,7 +45,7 @@ struct UnitState {
   // [Note: state layout]); int8 states keep their block scales apart.
   DeviceBuffer state[2];
   DeviceBuffer state_scale[2];
-  std::vector<WeightDecaySegment> segments;  // cover the optimizer range, shard-relative
+  std::vector<ShardSegment> segments;  // cover the optimizer range, shard-relative
   int64_t opt_begin = 0;  // the optimizer range in the unit frame: [opt_begin, +opt_size)
   int64_t opt_size = 0;
   int64_t param_base = 0;  // unit offset of params' first element
@@ -98,6 +102,9 @@ class ZeroEngine::Impl {
   Status AllGatherUpdatedParams();
   Status CreateOptimizerStates(int unit);
   OptimizerHyper Hyper(double lr) const;
+  int GroupIndex(const ParamSpec& param) const;
+  Status CheckParamGroups() const;
+  std::vector<GroupHyper> GroupHypers(const OptimizerHyper& hyper) const;
   StateDType state_dtype() const;
   int64_t MicroBatchesPending() const;
 
@@ -136,10 +143,59 @@ StatusOr<DeviceBuffer> ZeroEngine::Impl::Alloc(int64_t elements, DType type,
   return buffer;
 }
 
+// [Note: parameter groups] in optimizers/optimizer_spec.h: group 0 is optimizer.params, group
+// i + 1 is the config's zerostack.param_groups[i].
+int ZeroEngine::Impl::GroupIndex(const ParamSpec& param) const {
+  const auto& groups = config_.zerostack.param_groups;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    if (groups[i].name == param.group) return int(i) + 1;
+  }
+  return 0;
+}
+
+Status ZeroEngine::Impl::CheckParamGroups() const {
+  std::set<std::string> model_groups;
+  for (const UnitSpec& unit : model_.units) {
+    for (const ParamSpec& p : unit.params) {
+      if (!p.group.empty()) model_groups.insert(p.group);
+    }
+  }
+  const auto& groups = config_.zerostack.param_groups;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    if (!model_groups.count(groups[i].name)) {
+      return InvalidArgumentError(fmt::format(
+          "zerostack.param_groups[{}]: no parameter of the model is in group \"{}\" (the "
+          "model's groups: {})",
+          i, groups[i].name,
+          model_groups.empty() ? std::string("none") : fmt::format("{}", fmt::join(model_groups, ", "))));
+    }
+  }
+  return OkStatus();
+}
+
+std::vector<GroupHyper> ZeroEngine::Impl::GroupHypers(const OptimizerHyper& hyper) const {
+  std::vector<GroupHyper> out;
+  out.push_back({hyper.lr, hyper.beta1, hyper.beta2, hyper.eps});
+  for (const ParamGroupConfig& g : config_.zerostack.param_groups) {
+    GroupHyper h = out[0];
+    h.lr = float(double(hyper.lr) * g.lr_scale);
+    if (g.betas) {
+      if (hyper.kind != OptimizerKind::kSgd) h.beta1 = float((*g.betas)[0]);
+      h.beta2 = float((*g.betas)[1]);
+    }
+    if (g.momentum && hyper.kind == OptimizerKind::kSgd) h.beta1 = float(*g.momentum);
+    if (g.eps) h.eps = float(*g.eps);
+    out.push_back(h);
+  }
+  return out;
+}
+
 Status ZeroEngine::Impl::Init(const ParamInit& init) {
   const auto& zero = config_.zero_optimization;
   const int world = dp_.size();
   const int rank = dp_.rank();
+  // Before any collective: every rank has the same config and model, so all fail alike.
+  ZS_RETURN_IF_ERROR(CheckParamGroups());
   ZS_ASSIGN_OR_RETURN(gather_comm_, dp_.Split(0, rank, dp_.group_name() + ".gather"));
   ZS_ASSIGN_OR_RETURN(reduce_comm_, dp_.Split(0, rank, dp_.group_name() + ".reduce"));
 
@@ -181,14 +237,19 @@ Status ZeroEngine::Impl::Init(const ParamInit& init) {
     // decay-free segments over gaps and padding.
     {
       int64_t at = 0;
-      const float wd = float(config_.optimizer.weight_decay);
       for (int p = 0; p < s.layout.num_params(); ++p) {
         const UnitRange part = s.layout.ParamRangeInUnit(p).Intersect(
             UnitRange{UnitOffset(s.opt_begin), UnitOffset(s.opt_begin + s.opt_size)});
         if (part.empty()) continue;
         const int64_t b = part.begin.value() - s.opt_begin, e = part.end.value() - s.opt_begin;
         if (b > at) s.segments.push_back({at, b, 0.0f});
-        s.segments.push_back({b, e, model_.units[u].params[p].weight_decay ? wd : 0.0f});
+        const ParamSpec& spec = model_.units[u].params[p];
+        const int group = GroupIndex(spec);
+        const std::optional<double> group_wd =
+            group > 0 ? config_.zerostack.param_groups[size_t(group - 1)].weight_decay
+                      : std::nullopt;
+        const float wd = float(group_wd.value_or(config_.optimizer.weight_decay));
+        s.segments.push_back({b, e, spec.weight_decay ? wd : 0.0f, group});
         at = e;
       }
       if (at < s.opt_size) s.segments.push_back({at, s.opt_size, 0.0f});
@@ -417,6 +478,7 @@ StatusOr<StepResult> ZeroEngine::Impl::Step() {
   result.lr = schedule_->At(step_);
 
   const OptimizerHyper hyper = Hyper(result.lr);
+  const std::vector<GroupHyper> groups = GroupHypers(hyper);
   for (size_t u = 0; u < units_.size(); ++u) {
     UnitState& s = units_[u];
     s.reduced = 0;
@@ -438,6 +500,7 @@ StatusOr<StepResult> ZeroEngine::Impl::Step() {
     shard.param_out = s.params.data_as<char>() + (s.opt_begin - s.param_base) * elem;
     shard.param_dtype = dtype_;
     shard.segments = s.segments;
+    shard.groups = groups;
     // The stochastic-rounding stream of this unit and range (bf16 states).
     shard.seed = (uint64_t(u) << 40) ^ uint64_t(s.opt_begin);
     optimizer_.Step(hyper, shard);

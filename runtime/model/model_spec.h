@@ -6,8 +6,8 @@
 //   embeddings). Units and parameters are named by their index in these lists; the names are
 //   for errors, logs and reports.
 // - A parameter's spec carries its metadata: its shape (row-major; numel is the product, a
-//   scalar has shape {}) and whether weight decay applies to it (STYLE rule 11: never inferred
-//   from its position or name).
+//   scalar has shape {}), whether weight decay applies to it and the parameter group it steps
+//   with (STYLE rule 11: never inferred from its position or name).
 // - ParamInit fills one parameter's full fp32 values. It must depend only on (unit, param) and
 //   the model's own seed, never on the rank or the world size: every rank calls it and keeps
 //   the part it owns, so sharded and unsharded runs start from the same bits.
@@ -28,6 +28,9 @@ struct ParamSpec {
   std::string name;            // "attn.qkv.weight"
   std::vector<int64_t> shape;  // {3 * hidden, hidden}
   bool weight_decay = true;    // biases and norm gains usually set this false
+  // The parameter group whose hyper-parameters it steps with (the config's
+  // zerostack.param_groups, runtime/engine/param_group_config.h); "" = the default group.
+  std::string group;
   int64_t numel() const;
 };
 

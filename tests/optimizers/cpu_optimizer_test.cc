@@ -83,12 +83,23 @@ std::string ParamName(std::optional<DType> t) {
 }
 
 // Segments with different weight decays, one of them empty.
-std::vector<WeightDecaySegment> MakeSegments(int64_t n) {
+std::vector<ShardSegment> MakeSegments(int64_t n) {
   const int64_t a = n / 5, b = n / 2, c = std::min(n, 3 * n / 4 + 1);
   return {{0, a, 0.1f}, {a, a, 0.5f}, {a, b, 0.0f}, {b, c, 0.05f}, {c, n, 0.01f}};
 }
 
-std::vector<float> PerElementDecay(const std::vector<WeightDecaySegment>& segments, int64_t n) {
+// Segment i in group i % groups (all in group 0 when groups <= 1).
+void AssignGroups(std::vector<ShardSegment>& segments, size_t groups) {
+  for (size_t i = 0; i < segments.size(); ++i) segments[i].group = groups > 1 ? int(i % groups) : 0;
+}
+
+std::vector<int> PerElementGroup(const std::vector<ShardSegment>& segments, int64_t n) {
+  std::vector<int> group(n);
+  for (const auto& s : segments) std::fill(group.begin() + s.begin, group.begin() + s.end, s.group);
+  return group;
+}
+
+std::vector<float> PerElementDecay(const std::vector<ShardSegment>& segments, int64_t n) {
   std::vector<float> wd(n);
   for (const auto& s : segments) std::fill(wd.begin() + s.begin, wd.begin() + s.end, s.weight_decay);
   return wd;
@@ -107,7 +118,8 @@ struct Shard {
   std::vector<float> scale[2];
   std::vector<uint8_t> grad;
   std::vector<uint8_t> param_out;
-  std::vector<WeightDecaySegment> segments;
+  std::vector<ShardSegment> segments;
+  std::vector<GroupHyper> groups;  // empty: OptimizerHyper's values for every segment
 
   Shard(const KindCase& k, int64_t n_, StateDType sd, DType gd, std::optional<DType> pd,
         uint64_t seed_)
@@ -167,12 +179,12 @@ struct Shard {
   }
 
   // Elements [begin, end) as their own ShardStep (segments clipped and rebased).
-  ShardStep View(int64_t begin, int64_t end, std::vector<WeightDecaySegment>& segs) {
+  ShardStep View(int64_t begin, int64_t end, std::vector<ShardSegment>& segs) {
     segs.clear();
     for (const auto& s : segments) {
       const int64_t b = std::max(s.begin, begin), e = std::min(s.end, end);
       if (b < e || (s.begin == s.end && s.begin >= begin && s.begin < end)) {
-        segs.push_back({b - begin, std::max(b, e) - begin, s.weight_decay});
+        segs.push_back({b - begin, std::max(b, e) - begin, s.weight_decay, s.group});
       }
     }
     if (segs.empty()) segs.push_back({0, end - begin, 0.0f});
@@ -193,6 +205,7 @@ struct Shard {
       st.param_dtype = *param_dtype;
     }
     st.segments = segs;
+    st.groups = groups;
     st.seed = seed;
     return st;
   }
@@ -209,7 +222,7 @@ void RunSteps(CpuOptimizer& opt, Shard& shard, int64_t first_step, int steps,
     }
     bounds.push_back(shard.n);
     for (size_t p = 0; p + 1 < bounds.size(); ++p) {
-      std::vector<WeightDecaySegment> segs;
+      std::vector<ShardSegment> segs;
       opt.Step(MakeHyper(shard.kind, step), shard.View(bounds[p], bounds[p + 1], segs));
     }
   }
@@ -273,19 +286,28 @@ void StepAndCompare(CpuOptimizer& opt, Shard& shard, int64_t step) {
   const std::vector<float> master0 = shard.master;
   const std::vector<float> s0 = shard.Decoded(0), s1 = shard.Decoded(1);
   const std::vector<float> g = shard.GradFloats();
-  std::vector<WeightDecaySegment> segs;
+  std::vector<ShardSegment> segs;
   opt.Step(h, shard.View(0, shard.n, segs));
   const std::vector<float> wd = PerElementDecay(shard.segments, shard.n);
-  const ReferenceState ref = ReferenceStep(h, master0, s0, s1, g, 0.5f, wd);
+  // One reference per parameter group, each with the group's hyper-parameters; element i is
+  // compared with the reference of its segment's group.
+  std::vector<OptimizerHyper> group_hyper = {h};
+  if (!shard.groups.empty()) group_hyper.clear();
+  for (const GroupHyper& gh : shard.groups) group_hyper.push_back(WithGroup(h, gh));
+  std::vector<ReferenceState> refs;
+  for (const OptimizerHyper& gh : group_hyper) {
+    refs.push_back(ReferenceStep(gh, master0, s0, s1, g, 0.5f, wd));
+  }
+  const std::vector<int> group_of = PerElementGroup(shard.segments, shard.n);
 
   Mismatches bad;
   const double rel = 1e-5, abs = 1e-6;
   for (int64_t i = 0; i < shard.n; ++i) {
-    const double want = ref.master[i];
+    const double want = refs[group_of[i]].master[i];
     const double got = shard.master[i];
     if (k.kind == OptimizerKind::kLion) {
       // sign() of a value within rounding of 0 may go either way in float.
-      const double b1 = k.beta1;
+      const double b1 = group_hyper[group_of[i]].beta1;
       const double c = b1 * s0[i] + (1.0 - b1) * double(g[i]) * 0.5;
       if (std::abs(c) <= 1e-5 * (std::abs(b1 * s0[i]) + std::abs((1.0 - b1) * g[i] * 0.5))) continue;
     }
@@ -295,7 +317,11 @@ void StepAndCompare(CpuOptimizer& opt, Shard& shard, int64_t step) {
   // half the int8 block scale (round to nearest), plus float rounding.
   for (int s = 0; s < StatesOf(k); ++s) {
     const std::vector<float> got = shard.Decoded(s);
-    const std::vector<double>& want = s == 0 ? ref.state0 : ref.state1;
+    std::vector<double> want(shard.n);
+    for (int64_t i = 0; i < shard.n; ++i) {
+      const ReferenceState& ref = refs[group_of[i]];
+      want[i] = s == 0 ? ref.state0[i] : ref.state1[i];
+    }
     // Root states hold sqrt(v) in int8: the code's error e <= max_root / 254 becomes
     // 2 sqrt(v) e + e^2 in v.
     const bool root = shard.state_dtype == StateDType::kInt8 && Int8StoresRoot(k.kind, s);
@@ -358,6 +384,69 @@ TEST(CpuOptimizerTest, MatchesFloat64ReferenceReducedStates) {
         for (int64_t step = 1; step <= 3; ++step) StepAndCompare(opt, shard, step);
       }
     }
+  }
+}
+
+// Groups that differ in every field a group may set; SGD keeps momentum zero exactly when the
+// step's is ([Note: parameter groups]).
+std::vector<GroupHyper> DistinctGroups(const KindCase& k) {
+  const OptimizerHyper h = MakeHyper(k, 1);
+  std::vector<GroupHyper> groups = {{h.lr, h.beta1, h.beta2, h.eps},
+                                    {h.lr * 0.25f, 0.8f, 0.99f, 1e-6f},
+                                    {h.lr * 3.0f, 0.95f, 0.9f, 1e-3f}};
+  if (k.kind == OptimizerKind::kSgd || k.kind == OptimizerKind::kAdagrad) {
+    groups[1].beta1 = k.beta1 != 0.0f ? 0.5f : 0.0f;
+    groups[2].beta1 = k.beta1 != 0.0f ? 0.99f : 0.0f;
+  }
+  return groups;
+}
+
+TEST(CpuOptimizerTest, ParameterGroupsMatchFloat64Reference) {
+  CpuOptimizer opt(2);
+  uint64_t seed = 5000;
+  const int64_t sizes[] = {33, kSlowBuild ? kTile + 300 : 3 * kTile + 77};
+  for (const KindCase& k : kKinds) {
+    for (StateDType sd : {StateDType::kF32, StateDType::kBF16, StateDType::kInt8}) {
+      if (sd != StateDType::kF32 && StatesOf(k) == 0) continue;
+      for (int64_t n : sizes) {
+        SCOPED_TRACE(fmt::format("{} states {} n {} with 3 groups", k.name, StateDTypeName(sd), n));
+        Shard shard(k, n, sd, DType::kBF16, DType::kBF16, ++seed);
+        shard.groups = DistinctGroups(k);
+        AssignGroups(shard.segments, shard.groups.size());
+        for (int64_t step = 1; step <= 3; ++step) StepAndCompare(opt, shard, step);
+      }
+    }
+  }
+}
+
+// A group with OptimizerHyper's own values steps exactly as no groups; one that differs in a
+// single field changes exactly its own segments.
+TEST(CpuOptimizerTest, GroupsChangeOnlyTheirOwnSegments) {
+  CpuOptimizer opt(1);
+  for (const KindCase& k : kKinds) {
+    SCOPED_TRACE(k.name);
+    const int64_t n = 2 * kTile + 5;
+    Shard plain(k, n, StateDType::kF32, DType::kF32, DType::kBF16, 77);
+    Shard same = plain, changed = plain;
+    const OptimizerHyper h = MakeHyper(k, 1);
+    same.groups = {{h.lr, h.beta1, h.beta2, h.eps}, {h.lr, h.beta1, h.beta2, h.eps}};
+    AssignGroups(same.segments, 2);
+    changed.groups = same.groups;
+    changed.groups[1].lr *= 2.0f;
+    AssignGroups(changed.segments, 2);
+    RunSteps(opt, plain, 1, 2);
+    RunSteps(opt, same, 1, 2);
+    RunSteps(opt, changed, 1, 2);
+    EXPECT_EQ(std::memcmp(plain.master.data(), same.master.data(), 4 * n), 0);
+    const std::vector<int> group_of = PerElementGroup(changed.segments, n);
+    int64_t moved = 0, stray = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const bool differs = plain.master[i] != changed.master[i];
+      if (group_of[i] == 1) moved += differs;
+      else stray += differs;
+    }
+    EXPECT_EQ(stray, 0) << "elements outside group 1 changed";
+    EXPECT_GT(moved, 0) << "group 1's lr had no effect";
   }
 }
 
@@ -477,7 +566,7 @@ TEST(CpuOptimizerTest, ConversionsMatchScalarDtype) {
       shard.segments = {{0, shard.n, 0.0f}};
       OptimizerHyper h = MakeHyper(sgd, 1);
       h.lr = 0.0f;
-      std::vector<WeightDecaySegment> segs;
+      std::vector<ShardSegment> segs;
       opt.Step(h, shard.View(0, shard.n, segs));
       Mismatches bad;
       CheckParamOut(shard, bad);
@@ -493,7 +582,7 @@ TEST(CpuOptimizerTest, ConversionsMatchScalarDtype) {
       shard.segments = {{0, shard.n, 0.0f}};
       OptimizerHyper h = MakeHyper(sgd, 1);
       h.lr = 1.0f;
-      std::vector<WeightDecaySegment> segs;
+      std::vector<ShardSegment> segs;
       ShardStep st = shard.View(0, shard.n, segs);
       st.grad_scale = 1.0f;
       opt.Step(h, st);
@@ -528,7 +617,7 @@ TEST(CpuOptimizerTest, AdamBitIdenticalToScalarEngineReference) {
         RunSteps(opt, kernel, step, 1);
         scalar.FillGrad(step);
         const OptimizerHyper h = MakeHyper(k, step);
-        for (const WeightDecaySegment& seg : scalar.segments) {
+        for (const ShardSegment& seg : scalar.segments) {
           AdamWHyper a;
           a.lr = h.lr;
           a.beta1 = h.beta1;
@@ -565,11 +654,14 @@ TEST(CpuOptimizerTest, EmptyShardAndNames) {
 TEST(CpuOptimizerDeathTest, SegmentsMustCoverTheShard) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   Shard shard(kKinds[0], 100, StateDType::kF32, DType::kF32, std::nullopt, 3);
-  std::vector<WeightDecaySegment> segs;
+  std::vector<ShardSegment> segs;
   ShardStep st = shard.View(0, 100, segs);
-  const WeightDecaySegment short_segs[] = {{0, 50, 0.1f}};
+  const ShardSegment short_segs[] = {{0, 50, 0.1f}};
   st.segments = short_segs;
   EXPECT_DEATH(CpuOptimizer(1).Step(MakeHyper(kKinds[0], 1), st), "segments end at 50");
+  const ShardSegment bad_group[] = {{0, shard.n, 0.1f, 2}};
+  st.segments = bad_group;
+  EXPECT_DEATH(CpuOptimizer(1).Step(MakeHyper(kKinds[0], 1), st), "names parameter group 2");
   st = shard.View(0, 100, segs);
   st.state[1] = nullptr;
   EXPECT_DEATH(CpuOptimizer(1).Step(MakeHyper(kKinds[0], 1), st), "needs state 1");
@@ -610,7 +702,7 @@ TEST(CpuOptimizerTest, FusedBf16StatesEqualDecodeUpdateEncode) {
       fp32_state[k].resize(n);
       DecodeState(StateDType::kBF16, codes[k].data(), nullptr, 0, n, fp32_state[k].data());
     }
-    const std::vector<WeightDecaySegment> segments = {{0, n / 2, 0.0f}, {n / 2, n, 0.1f}};
+    const std::vector<ShardSegment> segments = {{0, n / 2, 0.0f}, {n / 2, n, 0.1f}};
     // A: fused.
     std::vector<float> master_a = master;
     ShardStep a;

@@ -346,6 +346,10 @@ EngineConfig NonDefaultConfig() {
                  .prefetch = false,
                  .optimizer_state_dtype = OptimizerStateType::kInt8,
                  .optimizer_threads = 3};
+  c.zerostack.param_groups = {
+      {.name = "embeddings", .lr_scale = 0.25, .betas = {{0.85, 0.95}}, .eps = 1e-6,
+       .weight_decay = 0.0},
+      {.name = "head"}};
   return c;
 }
 
@@ -540,6 +544,51 @@ TEST(EngineConfigTest, OptimizerKindsAndTheirKeys) {
       << dtype.status().ToString();
   auto momentum = ParseEngineConfig(R"({"optimizer": {"params": {"momentum": 1.0}}})");
   EXPECT_FALSE(momentum.ok());
+}
+
+TEST(EngineConfigTest, ParamGroupsParse) {
+  auto c = ParseEngineConfig(R"({"optimizer": {"type": "SGD", "params": {"momentum": 0.9}},
+      "zerostack": {"param_groups": [
+        {"name": "embeddings", "lr_scale": 0.1, "weight_decay": 0.0},
+        {"name": "head", "momentum": 0.5, "eps": 1e-6},
+        {"name": "frozen", "lr_scale": 0}]}})");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const auto& g = c->zerostack.param_groups;
+  ASSERT_EQ(g.size(), 3u);
+  EXPECT_EQ(g[0].name, "embeddings");
+  EXPECT_EQ(g[0].lr_scale, 0.1);
+  EXPECT_EQ(g[0].weight_decay, 0.0);
+  EXPECT_FALSE(g[0].betas.has_value());
+  EXPECT_FALSE(g[0].eps.has_value());
+  EXPECT_EQ(g[1].lr_scale, 1.0);
+  EXPECT_EQ(g[1].momentum, 0.5);
+  EXPECT_EQ(g[1].eps, 1e-6);
+  EXPECT_EQ(g[2].lr_scale, 0.0);
+}
+
+TEST(EngineConfigTest, ParamGroupErrorsNameTheGroupAndField) {
+  const std::string pre = R"({"zerostack": {"param_groups": )";
+  ExpectInvalid(pre + R"({"name": "a"}}})", {"zerostack.param_groups", "expected an array"});
+  ExpectInvalid(pre + R"([{"lr_scale": 2}]}})", {"zerostack.param_groups", "[0]", "\"name\" is required"});
+  ExpectInvalid(pre + R"([{"name": ""}]}})", {"[0]", "name: expected a non-empty string"});
+  ExpectInvalid(pre + R"([{"name": "a"}, {"name": "b", "betas": [0.9, 1.5]}]}})",
+                {"zerostack.param_groups", "[1] (\"b\")", "betas[1]", "1.5", "out of range"});
+  ExpectInvalid(pre + R"([{"name": "a", "betas": [0.9]}]}})", {"[0] (\"a\")", "betas", "two numbers"});
+  ExpectInvalid(pre + R"([{"name": "a", "lr_scale": -1}]}})", {"lr_scale", "-1", "out of range"});
+  ExpectInvalid(pre + R"([{"name": "a", "eps": 0}]}})", {"eps", "out of range"});
+  ExpectInvalid(pre + R"([{"name": "a", "lr": 0.1}]}})", {"[0] (\"a\")", "unknown field \"lr\""});
+  ExpectInvalid(pre + R"([{"name": "a", "weight_decy": 0.1}]}})",
+                {"unknown field \"weight_decy\"", "did you mean \"weight_decay\""});
+  ExpectInvalid(pre + R"([{"name": "a"}, {"name": "a"}]}})", {"[1] (\"a\")", "used by an earlier group"});
+  ExpectInvalid(pre + R"([{"name": "a", "lr_scale": "big"}]}})", {"lr_scale", "expected a number"});
+  // momentum: SGD only, and zero exactly when optimizer.params.momentum is.
+  ExpectInvalid(pre + R"([{"name": "a", "momentum": 0.5}]}})", {"[0] (\"a\").momentum", "only SGD"});
+  ExpectInvalid(R"({"optimizer": {"type": "SGD", "params": {"momentum": 0.9}},
+                   "zerostack": {"param_groups": [{"name": "a", "momentum": 0}]}})",
+                {"[0] (\"a\").momentum", "one momentum buffer"});
+  ExpectInvalid(R"({"optimizer": {"type": "SGD"},
+                   "zerostack": {"param_groups": [{"name": "a", "momentum": 0.9}]}})",
+                {"[0] (\"a\").momentum", "one momentum buffer"});
 }
 
 }  // namespace
