@@ -114,6 +114,20 @@ TEST(StochasticRoundingBitsTest, SixteenBitsDeterministicAndKeyed) {
   // Mean of U{0..65535} is 32767.5 with sd 18918 / sqrt(kN) = 148 for the average.
   EXPECT_NEAR(sum / kN, 32767.5, 5 * 148.0);
   for (int b = 0; b < 16; ++b) EXPECT_NEAR(bit_count[b], kN / 2, 5 * 64) << "bit " << b;
+  // The two states of an element share one hash ([Note: stochastic rounding bits]): its halves
+  // must be uncorrelated. Both states' bits of one element, centred: the sample correlation of
+  // independent uniforms has sd 1 / sqrt(kN) = 0.0078.
+  double cov = 0.0, var0 = 0.0, var1 = 0.0, sum0 = 0.0;
+  for (int64_t i = 0; i < kN; ++i) {
+    const double a = double(StochasticRoundingBits(7, 3, 0, i)) - 32767.5;
+    const double b = double(StochasticRoundingBits(7, 3, 1, i)) - 32767.5;
+    cov += a * b;
+    var0 += a * a;
+    var1 += b * b;
+    sum0 += a;
+  }
+  EXPECT_NEAR(cov / std::sqrt(var0 * var1), 0.0, 5 * 0.0078);
+  EXPECT_NEAR(sum0 / kN, 0.0, 5 * 148.0) << "state 0's bits are not centred";
   // The high 32 bits of the index take part (shards past 2^32 elements).
   int same_high = 0;
   for (int64_t i = 0; i < 1024; ++i) {
