@@ -121,6 +121,11 @@ struct GroupHyper {
   float eps = 1e-8f;
 };
 
+// The group values OptimizerHyper itself holds (the default group).
+inline GroupHyper GroupOf(const OptimizerHyper& hyper) {
+  return {hyper.lr, hyper.beta1, hyper.beta2, hyper.eps};
+}
+
 // OptimizerHyper with one group's values in place of its own.
 inline OptimizerHyper WithGroup(OptimizerHyper hyper, const GroupHyper& group) {
   hyper.lr = group.lr;

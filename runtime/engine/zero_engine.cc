@@ -167,7 +167,8 @@ Status ZeroEngine::Impl::CheckParamGroups() const {
           "zerostack.param_groups[{}]: no parameter of the model is in group \"{}\" (the "
           "model's groups: {})",
           i, groups[i].name,
-          model_groups.empty() ? std::string("none") : fmt::format("{}", fmt::join(model_groups, ", "))));
+          model_groups.empty() ? std::string("none")
+                               : fmt::format("{}", fmt::join(model_groups, ", "))));
     }
   }
   return OkStatus();
@@ -175,7 +176,7 @@ Status ZeroEngine::Impl::CheckParamGroups() const {
 
 std::vector<GroupHyper> ZeroEngine::Impl::GroupHypers(const OptimizerHyper& hyper) const {
   std::vector<GroupHyper> out;
-  out.push_back({hyper.lr, hyper.beta1, hyper.beta2, hyper.eps});
+  out.push_back(GroupOf(hyper));
   for (const ParamGroupConfig& g : config_.zerostack.param_groups) {
     GroupHyper h = out[0];
     h.lr = float(double(hyper.lr) * g.lr_scale);

@@ -391,7 +391,7 @@ TEST(CpuOptimizerTest, MatchesFloat64ReferenceReducedStates) {
 // step's is ([Note: parameter groups]).
 std::vector<GroupHyper> DistinctGroups(const KindCase& k) {
   const OptimizerHyper h = MakeHyper(k, 1);
-  std::vector<GroupHyper> groups = {{h.lr, h.beta1, h.beta2, h.eps},
+  std::vector<GroupHyper> groups = {GroupOf(h),
                                     {h.lr * 0.25f, 0.8f, 0.99f, 1e-6f},
                                     {h.lr * 3.0f, 0.95f, 0.9f, 1e-3f}};
   if (k.kind == OptimizerKind::kSgd || k.kind == OptimizerKind::kAdagrad) {
@@ -429,7 +429,7 @@ TEST(CpuOptimizerTest, GroupsChangeOnlyTheirOwnSegments) {
     Shard plain(k, n, StateDType::kF32, DType::kF32, DType::kBF16, 77);
     Shard same = plain, changed = plain;
     const OptimizerHyper h = MakeHyper(k, 1);
-    same.groups = {{h.lr, h.beta1, h.beta2, h.eps}, {h.lr, h.beta1, h.beta2, h.eps}};
+    same.groups = {GroupOf(h), GroupOf(h)};
     AssignGroups(same.segments, 2);
     changed.groups = same.groups;
     changed.groups[1].lr *= 2.0f;
