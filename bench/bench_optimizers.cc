@@ -11,8 +11,9 @@
 // items_per_second (parameters/s), bytes_per_param, and on BM_Step `ratio_to_floor` = the
 // floor's time / the step's time (1.0 = at the memory limit).
 //
-//   build/bin/bench_optimizers --benchmark_filter='/200000000/2/' --benchmark_repetitions=3 \
-//       --benchmark_report_aggregates_only=true
+// The goal table (add --simd=AVX2 etc. to pin a Highway target):
+//   build/bin/bench_optimizers --benchmark_filter='params:200000000/threads:2'
+//       --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -30,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "hwy/targets.h"
 #include "optimizers/cpu_optimizer.h"
 #include "optimizers/optimizer_spec.h"
 #include "optimizers/state_codec.h"
@@ -253,8 +256,13 @@ void RegisterAll() {
       {OptimizerKind::kAdamW, StateDType::kInt8},  {OptimizerKind::kSgd, StateDType::kF32},
       {OptimizerKind::kAdagrad, StateDType::kF32}, {OptimizerKind::kLion, StateDType::kF32},
   };
-  for (int64_t params : {50'000'000, 200'000'000}) {
-    for (int threads : {1, 2}) {
+  // 65536 parameters on one thread (under 2 MiB of arrays, in L2): the compute ceiling, where
+  // memory is not the limit. 1M parameters (about 28 MiB, in L3): whether the step scales to
+  // two threads. 50M and 200M: the memory-bound sizes of the goals.
+  const std::vector<std::pair<int64_t, std::vector<int>>> sizes = {
+      {65'536, {1}}, {1'048'576, {1, 2}}, {50'000'000, {1, 2}}, {200'000'000, {1, 2}}};
+  for (const auto& [params, thread_counts] : sizes) {
+    for (int threads : thread_counts) {
       for (auto [kind, type] : cases) {
         for (auto* fn : {&BM_Floor, &BM_Step}) {
           benchmark::RegisterBenchmark(fn == &BM_Floor ? "BM_Floor" : "BM_Step", fn)
@@ -272,7 +280,33 @@ void RegisterAll() {
 }  // namespace
 }  // namespace zs
 
+// --simd=NAME pins the kernels to one Highway target (AVX3, AVX2, SSE4, SCALAR, ...) of those
+// compiled in and supported here, to compare targets on one machine; the default is the best.
+bool PinSimdTarget(int& argc, char** argv) {
+  const std::string flag = "--simd=";
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind(flag, 0) != 0) continue;
+    const std::string name = arg.substr(flag.size());
+    std::string known;
+    for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+      if (name == hwy::TargetName(target)) {
+        hwy::SetSupportedTargetsForTest(target);
+        std::copy(argv + i + 1, argv + argc + 1, argv + i);  // drop the flag (argv[argc] = null)
+        --argc;
+        return true;
+      }
+      known += std::string(known.empty() ? "" : ", ") + hwy::TargetName(target);
+    }
+    std::fprintf(stderr, "bench_optimizers: --simd=%s: not a target of this build and CPU (%s)\n",
+                 name.c_str(), known.c_str());
+    return false;
+  }
+  return true;
+}
+
 int main(int argc, char** argv) {
+  if (!PinSimdTarget(argc, argv)) return 1;
   zs::RegisterAll();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

@@ -16,8 +16,18 @@
 
 namespace zs {
 
-static_assert(CpuOptimizer::kTileElements % kQuantBlock == 0,
-              "tiles must start on int8 block boundaries");
+namespace {
+
+// int8 states are decoded, updated and encoded this many elements at a time: 2 states x 8 KiB of
+// fp32 scratch stay in L1 (a whole tile's scratch, 128 KiB, did not, and the four passes over
+// it ran at L2 speed).
+constexpr int64_t kScratchElements = 2048;
+
+}  // namespace
+
+static_assert(CpuOptimizer::kTileElements % kScratchElements == 0 &&
+                  kScratchElements % kQuantBlock == 0,
+              "tiles and scratch chunks must start on int8 block boundaries");
 
 // A persistent pool: `threads - 1` workers plus the calling thread claim tiles from one atomic
 // counter. Tile boundaries are fixed, so which thread runs a tile never changes its result.
@@ -43,10 +53,10 @@ class CpuOptimizer::Pool {
 
   int threads() const { return threads_; }
 
-  // Scratch for non-fp32 states: 2 * kTileElements floats per participant.
+  // Scratch for int8 states: 2 * kScratchElements floats per participant.
   float* Scratch(int participant) {
     std::vector<float>& s = scratch_[participant];
-    if (s.empty()) s.resize(2 * kTileElements);
+    if (s.empty()) s.resize(2 * kScratchElements);
     return s.data();
   }
 
@@ -182,33 +192,20 @@ void CpuOptimizer::Step(const OptimizerHyper& hyper, const ShardStep& shard) {
   const size_t out_size = DTypeSize(shard.param_dtype);
   const std::span<const ShardSegment> segments = shard.segments;
 
-  auto run_tile = [&](int64_t tile, int participant) {
-    const int64_t begin = tile * kTileElements;
-    const int64_t end = std::min(shard.n, begin + kTileElements);
-    const int64_t len = end - begin;
-    // fp32 states are updated in place and bf16 states in registers ([Note: fused bf16
-    // states] in optimizer_kernels.cc); int8 states go through per-thread fp32 scratch.
-    const bool bf16_states = shard.state_dtype == StateDType::kBF16;
-    const bool scratch_states = !fp32_states && !bf16_states;
-    void* states[2] = {nullptr, nullptr};
-    size_t state_size = bf16_states ? sizeof(uint16_t) : sizeof(float);
-    float* scratch = scratch_states ? pool_->Scratch(participant) : nullptr;
-    for (int k = 0; k < num_states; ++k) {
-      if (!scratch_states) {
-        states[k] = static_cast<uint8_t*>(shard.state[k]) + begin * state_size;
-      } else {
-        // [Note: state layout] codes and scales are addressed from the tile's first element.
-        float* decoded = scratch + k * kTileElements;
-        states[k] = decoded;
-        // Root states stay roots in the scratch: the kernel squares and takes the root itself.
-        DecodeState(shard.state_dtype, static_cast<const uint8_t*>(shard.state[k]) + begin,
-                    shard.state_scale[k] + begin / kQuantBlock, begin, len, decoded);
-      }
-    }
-    // The first segment that ends after `begin`; split the tile at segment boundaries.
-    auto seg =
-        std::upper_bound(segments.begin(), segments.end(), begin,
-                         [](int64_t pos, const ShardSegment& s) { return pos < s.end; });
+  // fp32 states are updated in place and bf16 states in registers ([Note: fused bf16 states] in
+  // optimizer_kernels.cc); int8 states are decoded into per-thread fp32 scratch, updated there
+  // and encoded back, a chunk of kScratchElements at a time so the scratch stays in L1.
+  const bool bf16_states = shard.state_dtype == StateDType::kBF16;
+  const bool scratch_states = !fp32_states && !bf16_states;
+  const size_t state_size = bf16_states ? sizeof(uint16_t) : sizeof(float);
+  const int64_t chunk_elements = scratch_states ? kScratchElements : kTileElements;
+
+  // Runs the kernel over [begin, end), split at segment boundaries; states[k] points at
+  // element `begin` of state k (in place, or in the scratch).
+  auto run_pieces = [&](int64_t begin, int64_t end, void* const states[2]) {
+    // The first segment that ends after `begin`.
+    auto seg = std::upper_bound(segments.begin(), segments.end(), begin,
+                                [](int64_t pos, const ShardSegment& s) { return pos < s.end; });
     for (int64_t pos = begin; pos < end; ++seg) {
       const int64_t piece_end = std::min(end, seg->end);
       if (piece_end <= pos) continue;  // empty segment
@@ -239,12 +236,35 @@ void CpuOptimizer::Step(const OptimizerHyper& hyper, const ShardStep& shard) {
       internal::RunOptimizerKernel(consts[size_t(seg->group)], r);
       pos = piece_end;
     }
-    if (scratch_states) {
+  };
+
+  auto run_tile = [&](int64_t tile, int participant) {
+    const int64_t tile_end = std::min(shard.n, (tile + 1) * kTileElements);
+    float* scratch = scratch_states ? pool_->Scratch(participant) : nullptr;
+    for (int64_t begin = tile * kTileElements; begin < tile_end; begin += chunk_elements) {
+      const int64_t end = std::min(tile_end, begin + chunk_elements);
+      const int64_t len = end - begin;
+      void* states[2] = {nullptr, nullptr};
       for (int k = 0; k < num_states; ++k) {
-        float* decoded = static_cast<float*>(states[k]);
-        EncodeState(shard.state_dtype, decoded, begin, len,
-                    static_cast<uint8_t*>(shard.state[k]) + begin,
-                    shard.state_scale[k] + begin / kQuantBlock, shard.seed, hyper.step, k);
+        if (!scratch_states) {
+          states[k] = static_cast<uint8_t*>(shard.state[k]) + begin * state_size;
+        } else {
+          // [Note: state layout] codes and scales are addressed from the chunk's first element
+          // (a multiple of kQuantBlock). Root states stay roots in the scratch: the kernel
+          // squares and takes the root itself.
+          states[k] = scratch + k * kScratchElements;
+          DecodeState(shard.state_dtype, static_cast<const uint8_t*>(shard.state[k]) + begin,
+                      shard.state_scale[k] + begin / kQuantBlock, begin, len,
+                      static_cast<float*>(states[k]));
+        }
+      }
+      run_pieces(begin, end, states);
+      if (scratch_states) {
+        for (int k = 0; k < num_states; ++k) {
+          EncodeState(shard.state_dtype, static_cast<const float*>(states[k]), begin, len,
+                      static_cast<uint8_t*>(shard.state[k]) + begin,
+                      shard.state_scale[k] + begin / kQuantBlock, shard.seed, hyper.step, k);
+        }
       }
     }
   };

@@ -12,9 +12,10 @@
 //   the thread count and of the tiling. Step blocks the calling thread until every tile is done.
 // - fp32 states are updated in place; bf16 states are widened, updated and stochastically
 //   rounded in registers ([Note: fused bf16 states] in optimizer_kernels.cc); int8 states are
-//   decoded tile by tile into per-thread fp32 scratch (second moments kept as their roots, which
-//   the kernel squares and takes again: no extra passes), updated and encoded back (per-block
-//   symmetric scale). Each state byte in memory is read and written once.
+//   decoded 2048 elements at a time into per-thread fp32 scratch that stays in L1 (second
+//   moments kept as their roots, which the kernel squares and takes again: no extra passes),
+//   updated and encoded back (per-block symmetric scale). Each state byte in memory is read and
+//   written once.
 // - Threads: `threads` threads run the tiles: threads - 1 workers created at construction plus
 //   the caller (0 or 1 = the caller alone). One Step at a time per object; different objects
 //   are independent.

@@ -35,7 +35,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using DI = hn::RebindToSigned<DF>;
 using DU = hn::RebindToUnsigned<DF>;
-using DU16 = hn::Rebind<uint16_t, DF>;
+using DU16 = hn::Rebind<uint16_t, DF>;         // half a vector of u16: one per float lane
+using DU16x2 = hn::Repartition<uint16_t, DF>;  // a full vector of u16: two per float lane
 using VF = hn::Vec<DF>;
 using VU = hn::Vec<DU>;
 
@@ -75,45 +76,77 @@ HWY_INLINE VF LoadGrad(const void* grad, size_t i) {
   }
 }
 
+// ---- narrowing to 16 bits, two vectors at a time -----------------------------------------------
+
+// bf16 results are computed in 32-bit lanes with the bf16 bits in the upper half; one ConcatOdd
+// (a single two-source permute on AVX-512) packs the upper halves of two vectors, in order,
+// where one vector at a time would need a shift and a saturating demotion each.
+HWY_INLINE void StoreUpperHalves(VU lo, VU hi, uint16_t* out) {
+#if HWY_TARGET == HWY_SCALAR  // one lane: no two-lane u16 vector to permute into
+  const DI di;
+  const DU16 du16;
+  hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, hn::ShiftRight<16>(lo))), du16, out);
+  hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, hn::ShiftRight<16>(hi))), du16, out + 1);
+#else
+  const DU16x2 d16;
+  hn::StoreU(hn::ConcatOdd(d16, hn::BitCast(d16, hi), hn::BitCast(d16, lo)), d16, out);
+#endif
+}
+
 // ---- param_out stores (exactly FloatToBF16 / FloatToF16) ----------------------------------
 
 // kParamNone: no param_out; otherwise the DType's value.
 inline constexpr int kParamNone = -1;
 
-template <int O>
-HWY_INLINE void StoreParam(VF w, void* out, size_t i) {
+// bf16 round to nearest even: the stochastic rounding of RoundToBF16Upper with the fixed
+// "random" bits 0x7fff + (lowest kept bit), which ties to even.
+HWY_INLINE VU BF16NearestUpper(VF w) {
+  const DU du;
+  const VU u = hn::BitCast(du, w);
+  const VU rounding =
+      hn::Add(hn::Set(du, 0x7fffu), hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u)));
+  return sr::HWY_NAMESPACE::RoundToBF16Upper(du, u, rounding);
+}
+
+HWY_INLINE VU F16Bits(VF w) {
   const DF df;
   const DI di;
   const DU du;
-  const DU16 du16;
+  const VU u = hn::BitCast(du, w);
+  const VU sign = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 0x8000u));
+  const VU abs = hn::And(u, hn::Set(du, 0x7fffffffu));
+  // Normal: rebias the exponent (127 -> 15) and round the 13 dropped bits to nearest even.
+  const VU rounding =
+      hn::Add(hn::Set(du, 0xfffu), hn::And(hn::ShiftRight<13>(abs), hn::Set(du, 1u)));
+  VU bits = hn::ShiftRight<13>(hn::Add(hn::Sub(abs, hn::Set(du, 112u << 23)), rounding));
+  // Subnormal (or zero) result: round abs * 2^24 to an integer, ties to even, as float does.
+  const VF scaled = hn::Mul(hn::BitCast(df, abs), hn::Set(df, 0x1p24f));
+  const VF r = hn::Sub(hn::Add(scaled, hn::Set(df, 0x1p23f)), hn::Set(df, 0x1p23f));
+  const VU sub = hn::BitCast(du, hn::ConvertTo(di, r));
+  bits = hn::IfThenElse(GreaterU31(hn::Set(du, 0x38800000u), abs), sub, bits);
+  bits = hn::IfThenElse(GreaterU31(abs, hn::Set(du, 0x477fefffu)), hn::Set(du, 0x7c00u), bits);
+  bits = hn::IfThenElse(GreaterU31(abs, hn::Set(du, 0x7f800000u)), hn::Set(du, 0x7e00u), bits);
+  return hn::Or(bits, sign);
+}
+
+// Stores the param_out copies of two consecutive vectors w0 (at i) and w1 (at i + lanes).
+template <int O>
+HWY_INLINE void StoreParams(VF w0, VF w1, void* out, size_t i) {
+  const DF df;
   if constexpr (O == int(DType::kF32)) {
-    hn::StoreU(w, df, static_cast<float*>(out) + i);
+    float* p = static_cast<float*>(out) + i;
+    hn::StoreU(w0, df, p);
+    hn::StoreU(w1, df, p + hn::Lanes(df));
   } else if constexpr (O == int(DType::kBF16)) {
-    const VU u = hn::BitCast(du, w);
-    const VU abs = hn::And(u, hn::Set(du, 0x7fffffffu));
-    const VU hi = hn::ShiftRight<16>(u);
-    const VU rounding = hn::Add(hn::Set(du, 0x7fffu), hn::And(hi, hn::Set(du, 1u)));
-    const VU rounded = hn::ShiftRight<16>(hn::Add(u, rounding));
-    const VU quiet_nan = hn::Or(hi, hn::Set(du, 0x40u));
-    const VU bits = hn::IfThenElse(GreaterU31(abs, hn::Set(du, 0x7f800000u)), quiet_nan, rounded);
-    hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, bits)), du16, static_cast<uint16_t*>(out) + i);
+    StoreUpperHalves(BF16NearestUpper(w0), BF16NearestUpper(w1), static_cast<uint16_t*>(out) + i);
   } else {
-    const VU u = hn::BitCast(du, w);
-    const VU sign = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 0x8000u));
-    const VU abs = hn::And(u, hn::Set(du, 0x7fffffffu));
-    // Normal: rebias the exponent (127 -> 15) and round the 13 dropped bits to nearest even.
-    const VU rounding =
-        hn::Add(hn::Set(du, 0xfffu), hn::And(hn::ShiftRight<13>(abs), hn::Set(du, 1u)));
-    VU bits = hn::ShiftRight<13>(hn::Add(hn::Sub(abs, hn::Set(du, 112u << 23)), rounding));
-    // Subnormal (or zero) result: round abs * 2^24 to an integer, ties to even, as float does.
-    const VF scaled = hn::Mul(hn::BitCast(df, abs), hn::Set(df, 0x1p24f));
-    const VF r = hn::Sub(hn::Add(scaled, hn::Set(df, 0x1p23f)), hn::Set(df, 0x1p23f));
-    const VU sub = hn::BitCast(du, hn::ConvertTo(di, r));
-    bits = hn::IfThenElse(GreaterU31(hn::Set(du, 0x38800000u), abs), sub, bits);
-    bits = hn::IfThenElse(GreaterU31(abs, hn::Set(du, 0x477fefffu)), hn::Set(du, 0x7c00u), bits);
-    bits = hn::IfThenElse(GreaterU31(abs, hn::Set(du, 0x7f800000u)), hn::Set(du, 0x7e00u), bits);
-    bits = hn::Or(bits, sign);
-    hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, bits)), du16, static_cast<uint16_t*>(out) + i);
+    // f16 bits sit in the low half of each lane; every lane is <= 0xffff, so the saturating
+    // demotion is a plain truncation.
+    const DI di;
+    const DU16 du16;
+    uint16_t* p = static_cast<uint16_t*>(out) + i;
+    hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, F16Bits(w0))), du16, p);
+    hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, F16Bits(w1))), du16, p + hn::Lanes(df));
   }
 }
 
@@ -132,54 +165,65 @@ HWY_INLINE VF LoadState(const void* state, size_t i) {
   }
 }
 
-// `r`: the state's 16 random bits per lane (bf16 states; unused for fp32).
+// Stores the new values x0 (at i) and x1 (at i + lanes) of a state; for bf16 states r0 and r1
+// are their 16 random bits per lane.
 template <bool kBF16>
-HWY_INLINE void StoreState(VF x, void* state, size_t i, VU r) {
+HWY_INLINE void StoreStates(VF x0, VF x1, void* state, size_t i, VU r0, VU r1) {
   const DF df;
   if constexpr (kBF16) {
     const DU du;
-    const DI di;
-    const DU16 du16;
-    const VU bits = sr::HWY_NAMESPACE::RoundToBF16Bits(du, hn::BitCast(du, x), r);
-    hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, bits)), du16, static_cast<uint16_t*>(state) + i);
+    namespace srv = sr::HWY_NAMESPACE;
+    StoreUpperHalves(srv::RoundToBF16Upper(du, hn::BitCast(du, x0), r0),
+                     srv::RoundToBF16Upper(du, hn::BitCast(du, x1), r1),
+                     static_cast<uint16_t*>(state) + i);
   } else {
-    (void)r;
-    hn::StoreU(x, df, static_cast<float*>(state) + i);
+    (void)r0;
+    (void)r1;
+    float* p = static_cast<float*>(state) + i;
+    hn::StoreU(x0, df, p);
+    hn::StoreU(x1, df, p + hn::Lanes(df));
   }
 }
 
-// ---- the update of one vector of elements at index i ---------------------------------------
+// ---- the update of one vector of elements ----------------------------------------------------
 
-template <OptimizerKind K, DType G, int O, bool S>
-HWY_INLINE void Body(const KernelConstants& c, const KernelRange& r, float* master, void* s0,
-                     void* s1, const void* grad, void* out, size_t i, uint32_t index) {
+// One vector's values: loaded into w, g (scaled), s0, s1; Update leaves the new master weights
+// in w and the values to store in s0, s1.
+struct Vectors {
+  VF w, g, s0, s1;
+};
+
+// Which states a kind reads and writes this step.
+template <OptimizerKind K>
+constexpr int NumKernelStates() {
+  return K == OptimizerKind::kAdamW || K == OptimizerKind::kAdam ? 2 : 1;
+}
+template <OptimizerKind K>
+HWY_INLINE bool WritesState0(const KernelConstants& c) {
+  return K != OptimizerKind::kSgd || c.sgd_momentum;
+}
+template <OptimizerKind K>
+HWY_INLINE bool ReadsState0(const KernelConstants& c) {
+  return K != OptimizerKind::kSgd || (c.sgd_momentum && !c.sgd_first_step);
+}
+
+template <OptimizerKind K>
+HWY_INLINE void Update(const KernelConstants& c, const KernelRange& r, bool as_root, Vectors& x) {
   const DF df;
-  const DU du;
   const float wd = r.weight_decay;
-  const float grad_scale = r.grad_scale;
-  // bf16 states: one hash per element, its high half rounds state 0 and its low half state 1
-  // ([Note: stochastic rounding bits]).
-  VU r0 = hn::Zero(du), r1 = hn::Zero(du);
-  if constexpr (S) {
-    namespace srv = sr::HWY_NAMESPACE;
-    const VU hash = srv::SrHashV(du, hn::Add(hn::Iota(du, 0), hn::Set(du, index)), r.sr_key);
-    r0 = srv::SrBitsV(du, hash, 0);
-    r1 = srv::SrBitsV(du, hash, 1);
-  }
-  VF w = hn::LoadU(df, master + i);
-  VF g = hn::Mul(LoadGrad<G>(grad, i), hn::Set(df, grad_scale));
+  VF w = x.w;
+  VF g = x.g;
   if constexpr (K == OptimizerKind::kAdamW || K == OptimizerKind::kAdam) {
     // Operation order of optimizers/adamw_reference.cc.
     if constexpr (K == OptimizerKind::kAdam) g = hn::Add(g, hn::Mul(hn::Set(df, wd), w));
-    const VF m = hn::Add(hn::Mul(hn::Set(df, c.beta1), LoadState<S>(s0, i)),
-                         hn::Mul(hn::Set(df, c.one_minus_beta1), g));
-    VF v_old = LoadState<S>(s1, i);
-    if (!S && r.second_moment_as_root) v_old = hn::Mul(v_old, v_old);
+    const VF m =
+        hn::Add(hn::Mul(hn::Set(df, c.beta1), x.s0), hn::Mul(hn::Set(df, c.one_minus_beta1), g));
+    const VF v_old = as_root ? hn::Mul(x.s1, x.s1) : x.s1;
     const VF v = hn::Add(hn::Mul(hn::Set(df, c.beta2), v_old),
                          hn::Mul(hn::Mul(hn::Set(df, c.one_minus_beta2), g), g));
     const VF root_v = hn::Sqrt(v);
-    StoreState<S>(m, s0, i, r0);
-    StoreState<S>(!S && r.second_moment_as_root ? root_v : v, s1, i, r1);
+    x.s0 = m;
+    x.s1 = as_root ? root_v : v;
     const VF denom = hn::Add(hn::Mul(root_v, hn::Set(df, c.inv_sqrt_bc2)), hn::Set(df, c.eps));
     if constexpr (K == OptimizerKind::kAdamW) w = hn::Mul(w, hn::Set(df, 1.0f - c.lr * wd));
     w = hn::Sub(w, hn::Div(hn::Mul(hn::Set(df, c.step_size), m), denom));
@@ -187,23 +231,21 @@ HWY_INLINE void Body(const KernelConstants& c, const KernelRange& r, float* mast
     g = hn::Add(g, hn::Mul(hn::Set(df, wd), w));
     VF update = g;
     if (c.sgd_momentum) {
-      const VF buf =
-          c.sgd_first_step ? g : hn::Add(hn::Mul(hn::Set(df, c.beta1), LoadState<S>(s0, i)), g);
-      StoreState<S>(buf, s0, i, r0);
+      const VF buf = c.sgd_first_step ? g : hn::Add(hn::Mul(hn::Set(df, c.beta1), x.s0), g);
+      x.s0 = buf;
       update = c.nesterov ? hn::Add(g, hn::Mul(hn::Set(df, c.beta1), buf)) : buf;
     }
     w = hn::Sub(w, hn::Mul(hn::Set(df, c.lr), update));
   } else if constexpr (K == OptimizerKind::kAdagrad) {
     g = hn::Add(g, hn::Mul(hn::Set(df, wd), w));
-    VF s_old = LoadState<S>(s0, i);
-    if (!S && r.second_moment_as_root) s_old = hn::Mul(s_old, s_old);
+    const VF s_old = as_root ? hn::Mul(x.s0, x.s0) : x.s0;
     const VF s = hn::Add(s_old, hn::Mul(g, g));
     const VF root_s = hn::Sqrt(s);
-    StoreState<S>(!S && r.second_moment_as_root ? root_s : s, s0, i, r0);
+    x.s0 = as_root ? root_s : s;
     const VF denom = hn::Add(root_s, hn::Set(df, c.eps));
     w = hn::Sub(w, hn::Div(hn::Mul(hn::Set(df, c.lr), g), denom));
   } else {  // Lion
-    const VF m = LoadState<S>(s0, i);
+    const VF m = x.s0;
     w = hn::Mul(w, hn::Set(df, 1.0f - c.lr * wd));
     const VF mix =
         hn::Add(hn::Mul(hn::Set(df, c.beta1), m), hn::Mul(hn::Set(df, c.one_minus_beta1), g));
@@ -212,35 +254,76 @@ HWY_INLINE void Body(const KernelConstants& c, const KernelRange& r, float* mast
     const VF sign = hn::IfThenElse(hn::Gt(mix, zero), hn::Set(df, 1.0f),
                                    hn::IfThenElse(hn::Lt(mix, zero), hn::Set(df, -1.0f), zero));
     w = hn::Sub(w, hn::Mul(hn::Set(df, c.lr), sign));
-    StoreState<S>(
-        hn::Add(hn::Mul(hn::Set(df, c.beta2), m), hn::Mul(hn::Set(df, c.one_minus_beta2), g)), s0,
-        i, r0);
+    x.s0 = hn::Add(hn::Mul(hn::Set(df, c.beta2), m), hn::Mul(hn::Set(df, c.one_minus_beta2), g));
   }
-  hn::StoreU(w, df, master + i);
-  if constexpr (O != kParamNone) StoreParam<O>(w, out, i);
+  x.w = w;
+}
+
+// Updates the two vectors of elements at i and i + lanes (`index`: element i's low 32 index
+// bits). Two at a time, so 16-bit results are packed with one permute (StoreUpperHalves).
+template <OptimizerKind K, DType G, int O, bool S>
+HWY_INLINE void Body2(const KernelConstants& c, const KernelRange& r, float* master, void* s0,
+                      void* s1, const void* grad, void* out, size_t i, uint32_t index) {
+  const DF df;
+  const DU du;
+  const size_t lanes = hn::Lanes(df);
+  constexpr int kStates = NumKernelStates<K>();
+  const bool as_root = !S && r.second_moment_as_root;
+  const bool reads_s0 = ReadsState0<K>(c);
+  Vectors x[2];
+  for (size_t v = 0; v < 2; ++v) {
+    const size_t at = i + v * lanes;
+    x[v].w = hn::LoadU(df, master + at);
+    x[v].g = hn::Mul(LoadGrad<G>(grad, at), hn::Set(df, r.grad_scale));
+    x[v].s0 = reads_s0 ? LoadState<S>(s0, at) : hn::Zero(df);
+    x[v].s1 = kStates == 2 ? LoadState<S>(s1, at) : hn::Zero(df);
+  }
+  Update<K>(c, r, as_root, x[0]);
+  Update<K>(c, r, as_root, x[1]);
+  hn::StoreU(x[0].w, df, master + i);
+  hn::StoreU(x[1].w, df, master + i + lanes);
+  if constexpr (O != kParamNone) StoreParams<O>(x[0].w, x[1].w, out, i);
+  // bf16 states: one hash per element, its high half rounds state 0 and its low half state 1
+  // ([Note: stochastic rounding bits]).
+  VU hash[2] = {hn::Zero(du), hn::Zero(du)};
+  if constexpr (S) {
+    namespace srv = sr::HWY_NAMESPACE;
+    const VU idx = hn::Add(hn::Iota(du, 0), hn::Set(du, index));
+    hash[0] = srv::SrHashV(du, idx, r.sr_key);
+    hash[1] = srv::SrHashV(du, hn::Add(idx, hn::Set(du, uint32_t(lanes))), r.sr_key);
+  }
+  namespace srv = sr::HWY_NAMESPACE;
+  if (WritesState0<K>(c)) {
+    StoreStates<S>(x[0].s0, x[1].s0, s0, i, srv::SrBitsV(du, hash[0], 0),
+                   srv::SrBitsV(du, hash[1], 0));
+  }
+  if constexpr (kStates == 2) {
+    StoreStates<S>(x[0].s1, x[1].s1, s1, i, srv::SrBitsV(du, hash[0], 1),
+                   srv::SrBitsV(du, hash[1], 1));
+  }
 }
 
 template <OptimizerKind K, DType G, int O, bool S>
 HWY_NOINLINE void Loop(const KernelConstants& c, const KernelRange& r) {
   const DF df;
-  const size_t lanes = hn::Lanes(df);
+  const size_t step = 2 * hn::Lanes(df);
   const size_t n = static_cast<size_t>(r.n);
   size_t i = 0;
-  for (; i + lanes <= n; i += lanes) {
-    Body<K, G, O, S>(c, r, r.master, r.state0, r.state1, r.grad, r.param_out, i,
-                     r.index_lo + static_cast<uint32_t>(i));
+  const size_t state_size = S ? sizeof(uint16_t) : sizeof(float);
+  const size_t grad_size = DTypeSize(r.grad_dtype);
+  for (; i + step <= n; i += step) {
+    Body2<K, G, O, S>(c, r, r.master, r.state0, r.state1, r.grad, r.param_out, i,
+                      r.index_lo + static_cast<uint32_t>(i));
   }
   if (i == n) return;
   // [Note: identical tails] the remainder goes through the same body on a padded copy.
-  constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
+  constexpr size_t kMaxLanes = 2 * HWY_MAX_BYTES / sizeof(float);
   HWY_ALIGN float master[kMaxLanes] = {};
   HWY_ALIGN float s0[kMaxLanes] = {};
   HWY_ALIGN float s1[kMaxLanes] = {};
   HWY_ALIGN uint8_t grad[kMaxLanes * sizeof(float)] = {};
   HWY_ALIGN uint8_t out[kMaxLanes * sizeof(float)] = {};
   const size_t count = n - i;
-  const size_t grad_size = DTypeSize(r.grad_dtype);
-  const size_t state_size = S ? sizeof(uint16_t) : sizeof(float);
   std::memcpy(master, r.master + i, count * sizeof(float));
   if (r.state0 != nullptr) {
     std::memcpy(s0, static_cast<const uint8_t*>(r.state0) + i * state_size, count * state_size);
@@ -249,7 +332,7 @@ HWY_NOINLINE void Loop(const KernelConstants& c, const KernelRange& r) {
     std::memcpy(s1, static_cast<const uint8_t*>(r.state1) + i * state_size, count * state_size);
   }
   std::memcpy(grad, static_cast<const uint8_t*>(r.grad) + i * grad_size, count * grad_size);
-  Body<K, G, O, S>(c, r, master, s0, s1, grad, out, 0, r.index_lo + static_cast<uint32_t>(i));
+  Body2<K, G, O, S>(c, r, master, s0, s1, grad, out, 0, r.index_lo + static_cast<uint32_t>(i));
   std::memcpy(r.master + i, master, count * sizeof(float));
   if (r.state0 != nullptr) {
     std::memcpy(static_cast<uint8_t*>(r.state0) + i * state_size, s0, count * state_size);

@@ -21,6 +21,12 @@
 //   second-moment states (Adam's and AdamW's state1, Adagrad's state0) are stored in int8 as
 //   sqrt(v), which has the dynamic range of m (and of g): where sqrt(v) rounds to 0, m does too
 //   and the update is 0 rather than m / eps. Int8StoresRoot says which states.
+//   [Note: int8 quantization] code = round-to-nearest-even(x * inv), inv = 127 / max |x|
+//   computed once per block (float): one division per block instead of one per element (a
+//   vector division costs as much as the rest of the encoding). |x * inv| < 127.5, so codes
+//   stay in [-127, 127] unclamped. It can differ from round(x / scale) only for x within an
+//   ulp of a tie, where either code is as near. Blocks so small that inv overflows use
+//   x / scale, clamped.
 //   Checkpoints and offload move these arrays as they are; NumStates/StateBytes say how many
 //   bytes each holds.
 // - [Note: bit-identical splits] Every element's update depends only on that element's inputs,
@@ -62,12 +68,12 @@ inline constexpr int64_t kQuantBlock = 256;  // elements per int8 block (one fp3
 struct OptimizerHyper {
   OptimizerKind kind = OptimizerKind::kAdamW;
   float lr = 1e-3f;
-  float beta1 = 0.9f;   // Adam/Lion first moment; SGD momentum
-  float beta2 = 0.999f; // Adam second moment; Lion's second interpolation factor
-  float eps = 1e-8f;    // Adam, Adagrad
-  bool nesterov = false;  // SGD
+  float beta1 = 0.9f;                // Adam/Lion first moment; SGD momentum
+  float beta2 = 0.999f;              // Adam second moment; Lion's second interpolation factor
+  float eps = 1e-8f;                 // Adam, Adagrad
+  bool nesterov = false;             // SGD
   float initial_accumulator = 0.0f;  // Adagrad: the accumulator's initial value
-  int64_t step = 1;     // optimizer steps counted from 1 (bias correction, random streams)
+  int64_t step = 1;  // optimizer steps counted from 1 (bias correction, random streams)
 };
 
 // Update rules (g = grad * grad_scale, w = master, wd = the segment's weight decay):
@@ -81,10 +87,13 @@ struct OptimizerHyper {
 inline constexpr int NumStates(OptimizerKind kind, float momentum) {
   switch (kind) {
     case OptimizerKind::kAdamW:
-    case OptimizerKind::kAdam: return 2;
-    case OptimizerKind::kSgd: return momentum != 0.0f ? 1 : 0;
+    case OptimizerKind::kAdam:
+      return 2;
+    case OptimizerKind::kSgd:
+      return momentum != 0.0f ? 1 : 0;
     case OptimizerKind::kAdagrad:
-    case OptimizerKind::kLion: return 1;
+    case OptimizerKind::kLion:
+      return 1;
   }
   return 0;
 }
@@ -99,9 +108,12 @@ inline constexpr bool Int8StoresRoot(OptimizerKind kind, int state) {
 // Bytes of one state tensor of n elements (int8: codes plus the block scales).
 inline constexpr int64_t StateBytes(StateDType t, int64_t n) {
   switch (t) {
-    case StateDType::kF32: return 4 * n;
-    case StateDType::kBF16: return 2 * n;
-    case StateDType::kInt8: return n + 4 * ((n + kQuantBlock - 1) / kQuantBlock);
+    case StateDType::kF32:
+      return 4 * n;
+    case StateDType::kBF16:
+      return 2 * n;
+    case StateDType::kInt8:
+      return n + 4 * ((n + kQuantBlock - 1) / kQuantBlock);
   }
   return 0;
 }
@@ -138,18 +150,18 @@ inline OptimizerHyper WithGroup(OptimizerHyper hyper, const GroupHyper& group) {
 // One optimizer step over shard elements [0, n).
 struct ShardStep {
   int64_t n = 0;
-  float* master = nullptr;          // n fp32
-  void* state[2] = {nullptr, nullptr};      // n elements of state_dtype each (int8: codes)
+  float* master = nullptr;                     // n fp32
+  void* state[2] = {nullptr, nullptr};         // n elements of state_dtype each (int8: codes)
   float* state_scale[2] = {nullptr, nullptr};  // int8 only: ceil(n / kQuantBlock) scales each
   StateDType state_dtype = StateDType::kF32;
-  const void* grad = nullptr;       // n elements of grad_dtype
+  const void* grad = nullptr;  // n elements of grad_dtype
   DType grad_dtype = DType::kF32;
   float grad_scale = 1.0f;
-  void* param_out = nullptr;        // optional: n elements of param_dtype
+  void* param_out = nullptr;  // optional: n elements of param_dtype
   DType param_dtype = DType::kBF16;
   std::span<const ShardSegment> segments;  // cover [0, n) in order
   std::span<const GroupHyper> groups;      // empty: one group, OptimizerHyper's values
-  uint64_t seed = 0;                // stochastic rounding stream (bf16 states)
+  uint64_t seed = 0;                       // stochastic rounding stream (bf16 states)
 };
 
 }  // namespace zs

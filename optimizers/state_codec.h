@@ -21,9 +21,11 @@
 //   for the shard's last block (a call whose n is not a multiple of kQuantBlock ends the shard).
 //   Encoding computes scale = max|x| / 127 per block (0 for an all-zero block, and for a block
 //   so small that the division underflows: its codes are then 0) and code =
-//   round-to-nearest-even(x / scale) (a true division) clamped to [-127, 127]; decoding is
-//   code * scale. `scales` points at the scale of block offset / kQuantBlock. Non-finite
-//   values in an int8 state give unspecified codes (no undefined behaviour).
+//   round-to-nearest-even(x * inv) clamped to [-127, 127], where inv = 127 / max|x| is computed
+//   once per block (x / scale instead when inv would not be finite) ([Note: int8
+//   quantization]); decoding is code * scale. `scales` points at the scale of block offset /
+//   kQuantBlock. Non-finite values in an int8 state give unspecified codes (no undefined
+//   behaviour).
 // - Pure functions of their arguments; thread-safe; no allocation. kF32 allows codes == src
 //   (dst == codes); the other types need non-overlapping arrays.
 #pragma once
@@ -34,8 +36,8 @@
 
 namespace zs {
 
-void DecodeState(StateDType type, const void* codes, const float* scales, int64_t offset,
-                 int64_t n, float* dst);
+void DecodeState(StateDType type, const void* codes, const float* scales, int64_t offset, int64_t n,
+                 float* dst);
 
 void EncodeState(StateDType type, const float* src, int64_t offset, int64_t n, void* codes,
                  float* scales, uint64_t seed, int64_t step, int state_index);

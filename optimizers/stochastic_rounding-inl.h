@@ -27,7 +27,7 @@ HWY_INLINE hn::Vec<DU> Fmix32V(DU du, hn::Vec<DU> h) {
 // The 32-bit hashes of indices `idx` (low 32 bits) under `key`: SrHash lane by lane.
 template <class DU>
 HWY_INLINE hn::Vec<DU> SrHashV(DU du, hn::Vec<DU> idx, SrKey key) {
-  return Fmix32V(du, hn::Add(Fmix32V(du, hn::Xor(idx, hn::Set(du, key.k1))), hn::Set(du, key.k2)));
+  return hn::Xor(Fmix32V(du, hn::Xor(idx, hn::Set(du, key.k1))), hn::Set(du, key.k2));
 }
 
 // State `state_index`'s 16 random bits from the hashes (SrBits).
@@ -36,19 +36,23 @@ HWY_INLINE hn::Vec<DU> SrBitsV(DU du, hn::Vec<DU> hash, int state_index) {
   return state_index == 0 ? hn::ShiftRight<16>(hash) : hn::And(hash, hn::Set(du, 0xffffu));
 }
 
-// The bf16 bits (in 32-bit lanes, each <= 0xffff) of the fp32 lanes `u` (as bits) rounded
-// stochastically with the 16 random bits `r` of each lane. Finite values cannot carry into the
-// sign bit (at worst they truncate to inf, never NaN); inf keeps its bits (its low half is
-// zero and r < 2^16) and NaN gets the quiet bit instead of r, so a payload held only in the
-// low 16 bits stays NaN.
+// Stochastic rounding of the fp32 lanes `u` (as bits) to bf16 with the 16 random bits `r` of
+// each lane; the bf16 bits are the upper half of each 32-bit result (the lower half is
+// garbage). Finite values cannot carry into the sign bit (at worst they truncate to inf, never
+// NaN); inf keeps its bits (its low half is zero and r < 2^16) and NaN gets the quiet bit
+// instead of r, so a payload held only in the low 16 bits stays NaN and an all-ones payload
+// does not wrap to zero. Round to nearest even is the same with r = 0x7fff + (bit 16 of u).
+template <class DU>
+HWY_INLINE hn::Vec<DU> RoundToBF16Upper(DU du, hn::Vec<DU> u, hn::Vec<DU> r) {
+  const hn::RebindToFloat<DU> df;
+  const auto is_nan = hn::RebindMask(du, hn::IsNaN(hn::BitCast(df, u)));
+  return hn::IfThenElse(is_nan, hn::Or(u, hn::Set(du, 0x00400000u)), hn::Add(u, r));
+}
+
+// The same bf16 bits in the low half of each lane (each lane <= 0xffff).
 template <class DU>
 HWY_INLINE hn::Vec<DU> RoundToBF16Bits(DU du, hn::Vec<DU> u, hn::Vec<DU> r) {
-  const hn::RebindToSigned<DU> di;
-  const auto abs = hn::And(u, hn::Set(du, 0x7fffffffu));
-  const auto is_nan = hn::RebindMask(
-      du, hn::Gt(hn::BitCast(di, abs), hn::Set(di, int32_t{0x7f800000})));
-  return hn::ShiftRight<16>(
-      hn::IfThenElse(is_nan, hn::Or(u, hn::Set(du, 0x00400000u)), hn::Add(u, r)));
+  return hn::ShiftRight<16>(RoundToBF16Upper(du, u, r));
 }
 
 }  // namespace HWY_NAMESPACE

@@ -58,10 +58,13 @@ struct KindCase {
 };
 
 const KindCase kKinds[] = {
-    {"AdamW", OptimizerKind::kAdamW, 0.9f},      {"Adam", OptimizerKind::kAdam, 0.9f},
-    {"SGD", OptimizerKind::kSgd, 0.0f},          {"SGD-momentum", OptimizerKind::kSgd, 0.9f},
+    {"AdamW", OptimizerKind::kAdamW, 0.9f},
+    {"Adam", OptimizerKind::kAdam, 0.9f},
+    {"SGD", OptimizerKind::kSgd, 0.0f},
+    {"SGD-momentum", OptimizerKind::kSgd, 0.9f},
     {"SGD-nesterov", OptimizerKind::kSgd, 0.9f, true},
-    {"Adagrad", OptimizerKind::kAdagrad, 0.0f},  {"Lion", OptimizerKind::kLion, 0.9f},
+    {"Adagrad", OptimizerKind::kAdagrad, 0.0f},
+    {"Lion", OptimizerKind::kLion, 0.9f},
 };
 
 OptimizerHyper MakeHyper(const KindCase& k, int64_t step) {
@@ -101,7 +104,8 @@ std::vector<int> PerElementGroup(const std::vector<ShardSegment>& segments, int6
 
 std::vector<float> PerElementDecay(const std::vector<ShardSegment>& segments, int64_t n) {
   std::vector<float> wd(n);
-  for (const auto& s : segments) std::fill(wd.begin() + s.begin, wd.begin() + s.end, s.weight_decay);
+  for (const auto& s : segments)
+    std::fill(wd.begin() + s.begin, wd.begin() + s.end, s.weight_decay);
   return wd;
 }
 
@@ -147,9 +151,12 @@ struct Shard {
       case OptimizerKind::kAdamW:
       case OptimizerKind::kAdam:
         return s == 0 ? float(rng.SignedMagnitude(1e-3, 0.1)) : float(rng.Uniform(1e-3, 0.1));
-      case OptimizerKind::kSgd: return float(rng.SignedMagnitude(0.01, 1.0));
-      case OptimizerKind::kAdagrad: return float(rng.Uniform(0.1, 1.0));
-      case OptimizerKind::kLion: return float(rng.SignedMagnitude(1e-3, 0.1));
+      case OptimizerKind::kSgd:
+        return float(rng.SignedMagnitude(0.01, 1.0));
+      case OptimizerKind::kAdagrad:
+        return float(rng.Uniform(0.1, 1.0));
+      case OptimizerKind::kLion:
+        return float(rng.SignedMagnitude(1e-3, 0.1));
     }
     return 0.0f;
   }
@@ -192,7 +199,9 @@ struct Shard {
     st.n = end - begin;
     st.master = master.data() + begin;
     for (int s = 0; s < StatesOf(kind); ++s) {
-      const int64_t bytes = state_dtype == StateDType::kF32 ? 4 : state_dtype == StateDType::kBF16 ? 2 : 1;
+      const int64_t bytes = state_dtype == StateDType::kF32    ? 4
+                            : state_dtype == StateDType::kBF16 ? 2
+                                                               : 1;
       st.state[s] = state[s].data() + begin * bytes;
       st.state_scale[s] = scale[s].data() + begin / kQuantBlock;
     }
@@ -274,7 +283,8 @@ void CheckParamOut(const Shard& shard, Mismatches& bad) {
         want = FloatToF16(w).bits;
         break;
     }
-    if (got != want) bad.Add(fmt::format("param_out[{}] = {:#x}, rounded master {} = {:#x}", i, got, w, want));
+    if (got != want)
+      bad.Add(fmt::format("param_out[{}] = {:#x}, rounded master {} = {:#x}", i, got, w, want));
   }
 }
 
@@ -309,9 +319,11 @@ void StepAndCompare(CpuOptimizer& opt, Shard& shard, int64_t step) {
       // sign() of a value within rounding of 0 may go either way in float.
       const double b1 = group_hyper[group_of[i]].beta1;
       const double c = b1 * s0[i] + (1.0 - b1) * double(g[i]) * 0.5;
-      if (std::abs(c) <= 1e-5 * (std::abs(b1 * s0[i]) + std::abs((1.0 - b1) * g[i] * 0.5))) continue;
+      if (std::abs(c) <= 1e-5 * (std::abs(b1 * s0[i]) + std::abs((1.0 - b1) * g[i] * 0.5)))
+        continue;
     }
-    if (!Close(got, want, rel, abs)) bad.Add(fmt::format("master[{}] = {}, reference {}", i, got, want));
+    if (!Close(got, want, rel, abs))
+      bad.Add(fmt::format("master[{}] = {}, reference {}", i, got, want));
   }
   // States: float rounding (fp32), the bf16 ulp (stochastic rounding moves at most one ulp) or
   // half the int8 block scale (round to nearest), plus float rounding.
@@ -361,8 +373,8 @@ TEST(CpuOptimizerTest, MatchesFloat64ReferenceFp32States) {
       for (std::optional<DType> pd : kParamDTypes) {
         for (int64_t n : SweepSizes()) {
           if (kSlowBuild && n > kTile && pd == DType::kF16) continue;  // time, not coverage
-          SCOPED_TRACE(fmt::format("{} grad {} param_out {} n {}", k.name, DTypeName(gd),
-                                   ParamName(pd), n));
+          SCOPED_TRACE(
+              fmt::format("{} grad {} param_out {} n {}", k.name, DTypeName(gd), ParamName(pd), n));
           Shard shard(k, n, StateDType::kF32, gd, pd, ++seed);
           for (int64_t step = 1; step <= 3; ++step) StepAndCompare(opt, shard, step);
         }
@@ -391,9 +403,8 @@ TEST(CpuOptimizerTest, MatchesFloat64ReferenceReducedStates) {
 // step's is ([Note: parameter groups]).
 std::vector<GroupHyper> DistinctGroups(const KindCase& k) {
   const OptimizerHyper h = MakeHyper(k, 1);
-  std::vector<GroupHyper> groups = {GroupOf(h),
-                                    {h.lr * 0.25f, 0.8f, 0.99f, 1e-6f},
-                                    {h.lr * 3.0f, 0.95f, 0.9f, 1e-3f}};
+  std::vector<GroupHyper> groups = {
+      GroupOf(h), {h.lr * 0.25f, 0.8f, 0.99f, 1e-6f}, {h.lr * 3.0f, 0.95f, 0.9f, 1e-3f}};
   if (k.kind == OptimizerKind::kSgd || k.kind == OptimizerKind::kAdagrad) {
     groups[1].beta1 = k.beta1 != 0.0f ? 0.5f : 0.0f;
     groups[2].beta1 = k.beta1 != 0.0f ? 0.99f : 0.0f;
@@ -442,8 +453,10 @@ TEST(CpuOptimizerTest, GroupsChangeOnlyTheirOwnSegments) {
     int64_t moved = 0, stray = 0;
     for (int64_t i = 0; i < n; ++i) {
       const bool differs = plain.master[i] != changed.master[i];
-      if (group_of[i] == 1) moved += differs;
-      else stray += differs;
+      if (group_of[i] == 1)
+        moved += differs;
+      else
+        stray += differs;
     }
     EXPECT_EQ(stray, 0) << "elements outside group 1 changed";
     EXPECT_GT(moved, 0) << "group 1's lr had no effect";
@@ -508,29 +521,32 @@ TEST(CpuOptimizerTest, AllSimdTargetsAgree) {
   uint64_t seed = 9000;
   for (const KindCase& k : kKinds) {
     for (DType gd : kGradDTypes) {
-      ++seed;
-      const std::optional<DType> pd = gd == DType::kF32 ? std::nullopt : std::optional<DType>(gd);
-      std::optional<Shard> base;
-      std::string base_target;
-      for (int64_t target : targets) {
-        hwy::SetSupportedTargetsForTest(target);
-        CpuOptimizer opt(1);
-        Shard shard(k, n, StateDType::kF32, gd, pd, seed);
-        RunSteps(opt, shard, 1, 2);
-        if (&k == &kKinds[0] && gd == DType::kF32) {
-          std::printf("pinned %s: kernels run %s\n", hwy::TargetName(target),
-                      CpuOptimizer::SimdTarget().c_str());
+      for (StateDType sd : {StateDType::kF32, StateDType::kBF16, StateDType::kInt8}) {
+        ++seed;
+        const std::optional<DType> pd = gd == DType::kF32 ? std::nullopt : std::optional<DType>(gd);
+        std::optional<Shard> base;
+        std::string base_target;
+        for (int64_t target : targets) {
+          hwy::SetSupportedTargetsForTest(target);
+          CpuOptimizer opt(1);
+          Shard shard(k, n, sd, gd, pd, seed);
+          RunSteps(opt, shard, 1, 2);
+          if (&k == &kKinds[0] && gd == DType::kF32 && sd == StateDType::kF32) {
+            std::printf("pinned %s: kernels run %s\n", hwy::TargetName(target),
+                        CpuOptimizer::SimdTarget().c_str());
+          }
+          if (!base) {
+            base.emplace(shard);
+            base_target = CpuOptimizer::SimdTarget();
+          } else {
+            ExpectSameBits(
+                *base, shard,
+                fmt::format("{} grad {} {} states: {} vs {}", k.name, DTypeName(gd),
+                            StateDTypeName(sd), CpuOptimizer::SimdTarget(), base_target));
+          }
         }
-        if (!base) {
-          base.emplace(shard);
-          base_target = CpuOptimizer::SimdTarget();
-        } else {
-          ExpectSameBits(*base, shard,
-                         fmt::format("{} grad {}: {} vs {}", k.name, DTypeName(gd),
-                                     CpuOptimizer::SimdTarget(), base_target));
-        }
+        hwy::SetSupportedTargetsForTest(0);
       }
-      hwy::SetSupportedTargetsForTest(0);
     }
   }
 }
@@ -545,15 +561,27 @@ TEST(CpuOptimizerTest, ConversionsMatchScalarDtype) {
     CpuOptimizer opt(2);
     SCOPED_TRACE(CpuOptimizer::SimdTarget());
     // Rounding: random bit patterns plus the edges of both formats.
-    std::vector<float> values = {0.0f, -0.0f, std::numeric_limits<float>::infinity(),
+    std::vector<float> values = {0.0f,
+                                 -0.0f,
+                                 std::numeric_limits<float>::infinity(),
                                  -std::numeric_limits<float>::infinity(),
-                                 std::numeric_limits<float>::quiet_NaN(), -std::nanf("0x123"),
-                                 std::bit_cast<float>(0x7f800001u), 65504.0f, 65519.99f, 65520.0f,
-                                 1e-8f, 5.96e-8f, 2.98e-8f, 6.1e-5f, 6.097e-5f, 1e-40f, 3e38f};
+                                 std::numeric_limits<float>::quiet_NaN(),
+                                 -std::nanf("0x123"),
+                                 std::bit_cast<float>(0x7f800001u),
+                                 65504.0f,
+                                 65519.99f,
+                                 65520.0f,
+                                 1e-8f,
+                                 5.96e-8f,
+                                 2.98e-8f,
+                                 6.1e-5f,
+                                 6.097e-5f,
+                                 1e-40f,
+                                 3e38f};
     for (float v : {1.0f, 1.5f, 2.0f, 0.1f}) {
       const uint32_t u = std::bit_cast<uint32_t>(v);
-      for (uint32_t d : {0x7fffu, 0x8000u, 0x8001u, 0x17fffu, 0x18000u, 0xfffu, 0x1000u, 0x1001u,
-                         0x3000u}) {
+      for (uint32_t d :
+           {0x7fffu, 0x8000u, 0x8001u, 0x17fffu, 0x18000u, 0xfffu, 0x1000u, 0x1001u, 0x3000u}) {
         values.push_back(std::bit_cast<float>(u + d));
       }
     }
@@ -591,7 +619,8 @@ TEST(CpuOptimizerTest, ConversionsMatchScalarDtype) {
         const float want = LoadAsFloat(shard.grad.data(), gd, i);
         const float got = -shard.master[i];
         if (std::isnan(want) ? !std::isnan(got) : got != want) {
-          bad.Add(fmt::format("{} grad {:#06x}: loaded {}, expected {}", DTypeName(gd), i, got, want));
+          bad.Add(
+              fmt::format("{} grad {:#06x}: loaded {}, expected {}", DTypeName(gd), i, got, want));
         }
       }
     }
@@ -627,12 +656,11 @@ TEST(CpuOptimizerTest, AdamBitIdenticalToScalarEngineReference) {
           a.decoupled = k.kind == OptimizerKind::kAdamW;
           a.step = step;
           const int64_t b = seg.begin;
-          AdamWReferenceStep(a, scalar.master.data() + b,
-                             reinterpret_cast<float*>(scalar.state[0].data()) + b,
-                             reinterpret_cast<float*>(scalar.state[1].data()) + b,
-                             scalar.grad.data() + b * DTypeSize(gd), gd, 0.5f,
-                             scalar.param_out.data() + 2 * b, DType::kBF16,
-                             size_t(seg.end - seg.begin));
+          AdamWReferenceStep(
+              a, scalar.master.data() + b, reinterpret_cast<float*>(scalar.state[0].data()) + b,
+              reinterpret_cast<float*>(scalar.state[1].data()) + b,
+              scalar.grad.data() + b * DTypeSize(gd), gd, 0.5f, scalar.param_out.data() + 2 * b,
+              DType::kBF16, size_t(seg.end - seg.begin));
         }
       }
       ExpectSameBits(kernel, scalar, "kernel vs AdamWReferenceStep");

@@ -67,7 +67,10 @@ void RefEncodeInt8Block(const float* x, size_t count, int8_t* codes, float* scal
       codes[i] = 0;
       continue;
     }
-    const float q = std::nearbyint(x[i] / *scale);  // default mode: nearest, ties to even
+    // [Note: int8 quantization]: multiply by the block's reciprocal (x / scale only when the
+    // reciprocal overflows). Default mode: nearest, ties to even.
+    const float inv = 127.0f / max_abs;
+    const float q = std::nearbyint(std::isfinite(inv) ? x[i] * inv : x[i] / *scale);
     codes[i] = static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f));
   }
 }
@@ -359,9 +362,11 @@ TEST(StateCodecInt8Test, MatchesReferenceAndRoundTripsOnEveryTarget) {
   });
 }
 
-TEST(StateCodecInt8Test, NearTiesFollowTheDivision) {
-  // Values within an ulp of code + 0.5 steps, where x * (1 / scale) and x / scale can round to
-  // different codes: the encoding must follow the division (the reference) on every target.
+TEST(StateCodecInt8Test, NearTiesFollowTheBlockReciprocal) {
+  // Values within an ulp of code + 0.5 steps, where x * (127 / max) and x / scale can round to
+  // different codes: the encoding must follow the reciprocal (the reference, [Note: int8
+  // quantization]) on every target, and the set must contain inputs where the two differ (or
+  // the test would not tell them apart).
   std::mt19937 rng(21);
   std::uniform_real_distribution<float> mag(0.5f, 2.0f);
   std::vector<float> x;
@@ -382,6 +387,13 @@ TEST(StateCodecInt8Test, NearTiesFollowTheDivision) {
     RefEncodeInt8Block(x.data() + b * kQuantBlock, kQuantBlock, ref_codes.data() + b * kQuantBlock,
                        &ref_scales[b]);
   }
+  size_t differ = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const float scale = ref_scales[i / kQuantBlock];
+    differ += std::nearbyint(x[i] / scale) != static_cast<float>(ref_codes[i]) &&
+              std::fabs(x[i] / scale) < 127.0f;
+  }
+  EXPECT_GT(differ, 0u) << "no input where the reciprocal and the division disagree";
   ForEachTarget([&] {
     std::vector<int8_t> codes(n);
     std::vector<float> scales(NumBlocks(n));
@@ -389,6 +401,22 @@ TEST(StateCodecInt8Test, NearTiesFollowTheDivision) {
                 scales.data(), 0, 1, 0);
     ASSERT_EQ(codes, ref_codes);
   });
+}
+
+TEST(StateCodecInt8Test, TinyBlocksWhoseReciprocalOverflowsStillEncode) {
+  // max |x| = 1e-38: scale = max / 127 is a (subnormal) non-zero float but 127 / max overflows,
+  // so the encoding divides; codes must still reach +-127 and decode near x.
+  std::vector<float> x(kQuantBlock);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 1e-38f * (float(i % 11) - 5.0f) / 5.0f;
+  std::vector<int8_t> codes(x.size()), ref_codes(x.size());
+  float scale = 0.0f, ref_scale = 0.0f;
+  EncodeState(StateDType::kInt8, x.data(), 0, int64_t(x.size()), codes.data(), &scale, 0, 1, 0);
+  RefEncodeInt8Block(x.data(), x.size(), ref_codes.data(), &ref_scale);
+  ASSERT_FALSE(std::isfinite(127.0f / 1e-38f));
+  EXPECT_GT(scale, 0.0f);
+  EXPECT_EQ(codes, ref_codes);
+  EXPECT_EQ(*std::max_element(codes.begin(), codes.end()), 127);
+  EXPECT_EQ(*std::min_element(codes.begin(), codes.end()), -127);
 }
 
 TEST(StateCodecInt8Test, TiesRoundToEvenAndClamp) {

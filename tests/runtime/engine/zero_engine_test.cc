@@ -147,7 +147,9 @@ TEST(ZeroEngine, StagesAreBitIdenticalInFp32) {
         spec.config.zero_optimization.stage3_param_persistence_threshold = 100;  // last unit
         auto r = Train(spec);
         ASSERT_TRUE(r.ok()) << r.status().ToString();
-        if (clip > 0) EXPECT_LT(r->steps[0].clip_coef, 1.0) << "clipping must engage";
+        if (clip > 0) {
+          EXPECT_LT(r->steps[0].clip_coef, 1.0) << "clipping must engage";
+        }
         digests.push_back(r->digest);
       }
       for (int stage = 1; stage <= 3; ++stage) {
@@ -313,8 +315,9 @@ TEST(ZeroEngine, Fp16OverflowSkipsOnEveryRankAndLowersTheScale) {
     EXPECT_GT(r->steps.back().step, 0);
     EXPECT_LT(r->steps.back().step, 12);
     for (size_t k = 1; k < r->steps.size(); ++k) {
-      if (r->steps[k - 1].skipped)
+      if (r->steps[k - 1].skipped) {
         EXPECT_EQ(r->steps[k].loss_scale, r->steps[k - 1].loss_scale / 2);
+      }
     }
     digests.push_back(r->digest);
   }
