@@ -760,5 +760,48 @@ TEST(CpuOptimizerTest, FusedBf16StatesEqualDecodeUpdateEncode) {
   }
 }
 
+// NaN gradients whose payload is all ones propagate into m and v with that payload; the fused
+// stochastic rounding must keep them NaN (adding the random bits would wrap 0xffffffff to +0),
+// and finite neighbours in the same vectors must stay finite, on every target.
+TEST(CpuOptimizerTest, FusedBf16StatesKeepNaNPayloads) {
+  const int64_t n = 67;
+  const uint32_t nans[] = {0xffffffffu, 0x7fffffffu, 0x7fc00000u, 0xffc00001u};
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(CpuOptimizer::SimdTarget());
+    CpuOptimizer opt(1);
+    OptimizerHyper h;
+    h.kind = OptimizerKind::kAdamW;
+    h.step = 2;
+    std::vector<float> master(n, 0.5f), grad(n);
+    for (int64_t i = 0; i < n; ++i) {
+      grad[i] = i % 5 == 0 ? std::bit_cast<float>(nans[(i / 5) % 4]) : 1e-3f * float(i - 30);
+    }
+    std::vector<uint16_t> codes[2] = {std::vector<uint16_t>(n, 0x3a83),   // about 1e-3
+                                      std::vector<uint16_t>(n, 0x358c)};  // about 1e-6
+    const std::vector<ShardSegment> segments = {{0, n, 0.0f}};
+    ShardStep st;
+    st.n = n;
+    st.master = master.data();
+    st.state[0] = codes[0].data();
+    st.state[1] = codes[1].data();
+    st.state_dtype = StateDType::kBF16;
+    st.grad = grad.data();
+    st.segments = segments;
+    st.seed = 4;
+    opt.Step(h, st);
+    for (int k = 0; k < 2; ++k) {
+      std::vector<float> decoded(n);
+      DecodeState(StateDType::kBF16, codes[k].data(), nullptr, 0, n, decoded.data());
+      for (int64_t i = 0; i < n; ++i) {
+        EXPECT_EQ(std::isnan(decoded[i]), i % 5 == 0)
+            << "state " << k << " element " << i << " = " << decoded[i];
+      }
+    }
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(std::isnan(master[i]), i % 5 == 0) << i;
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
 }  // namespace
 }  // namespace zs

@@ -261,17 +261,16 @@ TEST(StateCodecBF16Test, ExactValuesStayExact) {
 TEST(StateCodecBF16Test, NonFiniteKept) {
   const float inf = std::numeric_limits<float>::infinity();
   const float big = std::numeric_limits<float>::max();
-  std::vector<float> x = {std::numeric_limits<float>::quiet_NaN(),
-                          -std::numeric_limits<float>::quiet_NaN(),
-                          std::bit_cast<float>(0x7f800001u),  // signalling, payload in low bits
-                          std::bit_cast<float>(0xff80ffffu),
-                          std::bit_cast<float>(0x7fc00000u),
-                          inf,
-                          -inf,
-                          big,
-                          -big};
+  std::vector<float> x = {
+      std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
+      std::bit_cast<float>(0x7f800001u),  // signalling, payload in low bits
+      std::bit_cast<float>(0xff80ffffu), std::bit_cast<float>(0x7fc00000u),
+      // All-ones payloads: adding the random bits would carry out of the
+      // upper half (0xffff + 1 wraps to +0, 0x7fff + 1 to -0).
+      std::bit_cast<float>(0xffffffffu), std::bit_cast<float>(0x7fffffffu), inf, -inf, big, -big};
   // Repeat so that the vector path (not only the tail) sees them.
-  while (x.size() < 64) x.push_back(x[x.size() % 9]);
+  const size_t distinct = x.size();
+  while (x.size() < 64) x.push_back(x[x.size() % distinct]);
   std::vector<uint16_t> codes(x.size());
   std::vector<float> decoded(x.size());
   ForEachTarget([&] {
