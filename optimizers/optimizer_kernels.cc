@@ -4,7 +4,8 @@
 // [Note: fused bf16 states] bf16 states are loaded, widened, updated and stochastically rounded
 // back in registers (stochastic_rounding-inl.h), so a step with bf16 states moves 2 bytes per
 // state each way and makes no extra pass over a scratch copy; the random bits are those of
-// EncodeState, so the result equals decode-update-encode bit for bit.
+// EncodeState, so the result equals decode-update-encode bit for bit. The body runs two vectors
+// at a time so that one permute packs the 16-bit results of both (StoreUpperHalves).
 //
 // [Note: identical tails] The last partial vector of a range is copied into a padded buffer and
 // run through the same vector body, so an element's bits never depend on where a range (a tile,
@@ -285,14 +286,13 @@ HWY_INLINE void Body2(const KernelConstants& c, const KernelRange& r, float* mas
   if constexpr (O != kParamNone) StoreParams<O>(x[0].w, x[1].w, out, i);
   // bf16 states: one hash per element, its high half rounds state 0 and its low half state 1
   // ([Note: stochastic rounding bits]).
+  namespace srv = sr::HWY_NAMESPACE;
   VU hash[2] = {hn::Zero(du), hn::Zero(du)};
   if constexpr (S) {
-    namespace srv = sr::HWY_NAMESPACE;
     const VU idx = hn::Add(hn::Iota(du, 0), hn::Set(du, index));
     hash[0] = srv::SrHashV(du, idx, r.sr_key);
     hash[1] = srv::SrHashV(du, hn::Add(idx, hn::Set(du, uint32_t(lanes))), r.sr_key);
   }
-  namespace srv = sr::HWY_NAMESPACE;
   if (WritesState0<K>(c)) {
     StoreStates<S>(x[0].s0, x[1].s0, s0, i, srv::SrBitsV(du, hash[0], 0),
                    srv::SrBitsV(du, hash[1], 0));
