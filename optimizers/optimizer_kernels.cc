@@ -309,8 +309,6 @@ HWY_NOINLINE void Loop(const KernelConstants& c, const KernelRange& r) {
   const size_t step = 2 * hn::Lanes(df);
   const size_t n = static_cast<size_t>(r.n);
   size_t i = 0;
-  const size_t state_size = S ? sizeof(uint16_t) : sizeof(float);
-  const size_t grad_size = DTypeSize(r.grad_dtype);
   for (; i + step <= n; i += step) {
     Body2<K, G, O, S>(c, r, r.master, r.state0, r.state1, r.grad, r.param_out, i,
                       r.index_lo + static_cast<uint32_t>(i));
@@ -324,6 +322,8 @@ HWY_NOINLINE void Loop(const KernelConstants& c, const KernelRange& r) {
   HWY_ALIGN uint8_t grad[kMaxLanes * sizeof(float)] = {};
   HWY_ALIGN uint8_t out[kMaxLanes * sizeof(float)] = {};
   const size_t count = n - i;
+  const size_t grad_size = DTypeSize(r.grad_dtype);
+  const size_t state_size = S ? sizeof(uint16_t) : sizeof(float);
   std::memcpy(master, r.master + i, count * sizeof(float));
   if (r.state0 != nullptr) {
     std::memcpy(s0, static_cast<const uint8_t*>(r.state0) + i * state_size, count * state_size);
