@@ -188,10 +188,15 @@ HWY_INLINE void StoreStates(VF x0, VF x1, void* state, size_t i, VU r0, VU r1) {
 
 // ---- the update of one vector of elements ----------------------------------------------------
 
-// One vector's values: loaded into w, g (scaled), s0, s1; Update leaves the new master weights
-// in w and the values to store in s0, s1.
-struct Vectors {
-  VF w, g, s0, s1;
+// The constants of one range, broadcast once per Loop call and passed down by value. Read
+// through `c` inside the loop they would be reloaded (and 1 - lr * wd recomputed) after every
+// store: the kernel stores through float pointers, which may alias KernelConstants' floats.
+struct Hoisted {
+  VF beta1, one_minus_beta1, beta2, one_minus_beta2, eps, step_size, inv_sqrt_bc2;
+  VF lr, wd, decay;  // decay = 1 - lr * wd (AdamW, Lion)
+  VF grad_scale;
+  VU sr_k1, sr_k2;  // bf16 states: the range's stochastic-rounding key
+  bool as_root, reads_s0, writes_s0, sgd_momentum, sgd_first_step, nesterov;
 };
 
 // Which states a kind reads and writes this step.
@@ -199,107 +204,130 @@ template <OptimizerKind K>
 constexpr int NumKernelStates() {
   return K == OptimizerKind::kAdamW || K == OptimizerKind::kAdam ? 2 : 1;
 }
-template <OptimizerKind K>
-HWY_INLINE bool WritesState0(const KernelConstants& c) {
-  return K != OptimizerKind::kSgd || c.sgd_momentum;
+
+template <OptimizerKind K, bool S>
+HWY_INLINE Hoisted MakeHoisted(const KernelConstants& c, const KernelRange& r) {
+  const DF df;
+  const DU du;
+  Hoisted k;
+  k.beta1 = hn::Set(df, c.beta1);
+  k.one_minus_beta1 = hn::Set(df, c.one_minus_beta1);
+  k.beta2 = hn::Set(df, c.beta2);
+  k.one_minus_beta2 = hn::Set(df, c.one_minus_beta2);
+  k.eps = hn::Set(df, c.eps);
+  k.step_size = hn::Set(df, c.step_size);
+  k.inv_sqrt_bc2 = hn::Set(df, c.inv_sqrt_bc2);
+  k.lr = hn::Set(df, c.lr);
+  k.wd = hn::Set(df, r.weight_decay);
+  k.decay = hn::Set(df, 1.0f - c.lr * r.weight_decay);
+  k.grad_scale = hn::Set(df, r.grad_scale);
+  k.sr_k1 = hn::Set(du, r.sr_key.k1);
+  k.sr_k2 = hn::Set(du, r.sr_key.k2);
+  k.as_root = !S && r.second_moment_as_root;
+  k.reads_s0 = K != OptimizerKind::kSgd || (c.sgd_momentum && !c.sgd_first_step);
+  k.writes_s0 = K != OptimizerKind::kSgd || c.sgd_momentum;
+  k.sgd_momentum = c.sgd_momentum;
+  k.sgd_first_step = c.sgd_first_step;
+  k.nesterov = c.nesterov;
+  return k;
 }
-template <OptimizerKind K>
-HWY_INLINE bool ReadsState0(const KernelConstants& c) {
-  return K != OptimizerKind::kSgd || (c.sgd_momentum && !c.sgd_first_step);
+
+// One vector's values: loaded into w, g (scaled), s0, s1; Update leaves the new master weights
+// in w and the values to store in s0, s1.
+struct Vectors {
+  VF w, g, s0, s1;
+};
+
+template <OptimizerKind K, DType G, bool S>
+HWY_INLINE Vectors LoadVectors(const Hoisted& k, const float* master, const void* s0,
+                               const void* s1, const void* grad, size_t at) {
+  const DF df;
+  Vectors x;
+  x.w = hn::LoadU(df, master + at);
+  x.g = hn::Mul(LoadGrad<G>(grad, at), k.grad_scale);
+  x.s0 = k.reads_s0 ? LoadState<S>(s0, at) : hn::Zero(df);
+  x.s1 = NumKernelStates<K>() == 2 ? LoadState<S>(s1, at) : hn::Zero(df);
+  return x;
 }
 
 template <OptimizerKind K>
-HWY_INLINE void Update(const KernelConstants& c, const KernelRange& r, bool as_root, Vectors& x) {
+HWY_INLINE void Update(const Hoisted& k, Vectors& x) {
   const DF df;
-  const float wd = r.weight_decay;
   VF w = x.w;
   VF g = x.g;
   if constexpr (K == OptimizerKind::kAdamW || K == OptimizerKind::kAdam) {
     // Operation order of optimizers/adamw_reference.cc.
-    if constexpr (K == OptimizerKind::kAdam) g = hn::Add(g, hn::Mul(hn::Set(df, wd), w));
-    const VF m =
-        hn::Add(hn::Mul(hn::Set(df, c.beta1), x.s0), hn::Mul(hn::Set(df, c.one_minus_beta1), g));
-    const VF v_old = as_root ? hn::Mul(x.s1, x.s1) : x.s1;
-    const VF v = hn::Add(hn::Mul(hn::Set(df, c.beta2), v_old),
-                         hn::Mul(hn::Mul(hn::Set(df, c.one_minus_beta2), g), g));
+    if constexpr (K == OptimizerKind::kAdam) g = hn::Add(g, hn::Mul(k.wd, w));
+    const VF m = hn::Add(hn::Mul(k.beta1, x.s0), hn::Mul(k.one_minus_beta1, g));
+    const VF v_old = k.as_root ? hn::Mul(x.s1, x.s1) : x.s1;
+    const VF v = hn::Add(hn::Mul(k.beta2, v_old), hn::Mul(hn::Mul(k.one_minus_beta2, g), g));
     const VF root_v = hn::Sqrt(v);
     x.s0 = m;
-    x.s1 = as_root ? root_v : v;
-    const VF denom = hn::Add(hn::Mul(root_v, hn::Set(df, c.inv_sqrt_bc2)), hn::Set(df, c.eps));
-    if constexpr (K == OptimizerKind::kAdamW) w = hn::Mul(w, hn::Set(df, 1.0f - c.lr * wd));
-    w = hn::Sub(w, hn::Div(hn::Mul(hn::Set(df, c.step_size), m), denom));
+    x.s1 = k.as_root ? root_v : v;
+    const VF denom = hn::Add(hn::Mul(root_v, k.inv_sqrt_bc2), k.eps);
+    if constexpr (K == OptimizerKind::kAdamW) w = hn::Mul(w, k.decay);
+    w = hn::Sub(w, hn::Div(hn::Mul(k.step_size, m), denom));
   } else if constexpr (K == OptimizerKind::kSgd) {
-    g = hn::Add(g, hn::Mul(hn::Set(df, wd), w));
+    g = hn::Add(g, hn::Mul(k.wd, w));
     VF update = g;
-    if (c.sgd_momentum) {
-      const VF buf = c.sgd_first_step ? g : hn::Add(hn::Mul(hn::Set(df, c.beta1), x.s0), g);
+    if (k.sgd_momentum) {
+      const VF buf = k.sgd_first_step ? g : hn::Add(hn::Mul(k.beta1, x.s0), g);
       x.s0 = buf;
-      update = c.nesterov ? hn::Add(g, hn::Mul(hn::Set(df, c.beta1), buf)) : buf;
+      update = k.nesterov ? hn::Add(g, hn::Mul(k.beta1, buf)) : buf;
     }
-    w = hn::Sub(w, hn::Mul(hn::Set(df, c.lr), update));
+    w = hn::Sub(w, hn::Mul(k.lr, update));
   } else if constexpr (K == OptimizerKind::kAdagrad) {
-    g = hn::Add(g, hn::Mul(hn::Set(df, wd), w));
-    const VF s_old = as_root ? hn::Mul(x.s0, x.s0) : x.s0;
+    g = hn::Add(g, hn::Mul(k.wd, w));
+    const VF s_old = k.as_root ? hn::Mul(x.s0, x.s0) : x.s0;
     const VF s = hn::Add(s_old, hn::Mul(g, g));
     const VF root_s = hn::Sqrt(s);
-    x.s0 = as_root ? root_s : s;
-    const VF denom = hn::Add(root_s, hn::Set(df, c.eps));
-    w = hn::Sub(w, hn::Div(hn::Mul(hn::Set(df, c.lr), g), denom));
+    x.s0 = k.as_root ? root_s : s;
+    const VF denom = hn::Add(root_s, k.eps);
+    w = hn::Sub(w, hn::Div(hn::Mul(k.lr, g), denom));
   } else {  // Lion
     const VF m = x.s0;
-    w = hn::Mul(w, hn::Set(df, 1.0f - c.lr * wd));
-    const VF mix =
-        hn::Add(hn::Mul(hn::Set(df, c.beta1), m), hn::Mul(hn::Set(df, c.one_minus_beta1), g));
+    w = hn::Mul(w, k.decay);
+    const VF mix = hn::Add(hn::Mul(k.beta1, m), hn::Mul(k.one_minus_beta1, g));
     // sign(mix) with sign(0) = 0 (and 0 for NaN: both comparisons are false).
     const VF zero = hn::Zero(df);
     const VF sign = hn::IfThenElse(hn::Gt(mix, zero), hn::Set(df, 1.0f),
                                    hn::IfThenElse(hn::Lt(mix, zero), hn::Set(df, -1.0f), zero));
-    w = hn::Sub(w, hn::Mul(hn::Set(df, c.lr), sign));
-    x.s0 = hn::Add(hn::Mul(hn::Set(df, c.beta2), m), hn::Mul(hn::Set(df, c.one_minus_beta2), g));
+    w = hn::Sub(w, hn::Mul(k.lr, sign));
+    x.s0 = hn::Add(hn::Mul(k.beta2, m), hn::Mul(k.one_minus_beta2, g));
   }
   x.w = w;
 }
 
 // Updates the two vectors of elements at i and i + lanes (`index`: element i's low 32 index
-// bits). Two at a time, so 16-bit results are packed with one permute (StoreUpperHalves).
+// bits). Two at a time, so 16-bit results are packed with one permute (StoreUpperHalves). The
+// two are named values, not an array: GCC kept an array of them on the stack.
 template <OptimizerKind K, DType G, int O, bool S>
-HWY_INLINE void Body2(const KernelConstants& c, const KernelRange& r, float* master, void* s0,
-                      void* s1, const void* grad, void* out, size_t i, uint32_t index) {
+HWY_INLINE void Body2(const Hoisted& k, float* master, void* s0, void* s1, const void* grad,
+                      void* out, size_t i, uint32_t index) {
   const DF df;
   const DU du;
   const size_t lanes = hn::Lanes(df);
-  constexpr int kStates = NumKernelStates<K>();
-  const bool as_root = !S && r.second_moment_as_root;
-  const bool reads_s0 = ReadsState0<K>(c);
-  Vectors x[2];
-  for (size_t v = 0; v < 2; ++v) {
-    const size_t at = i + v * lanes;
-    x[v].w = hn::LoadU(df, master + at);
-    x[v].g = hn::Mul(LoadGrad<G>(grad, at), hn::Set(df, r.grad_scale));
-    x[v].s0 = reads_s0 ? LoadState<S>(s0, at) : hn::Zero(df);
-    x[v].s1 = kStates == 2 ? LoadState<S>(s1, at) : hn::Zero(df);
-  }
-  Update<K>(c, r, as_root, x[0]);
-  Update<K>(c, r, as_root, x[1]);
-  hn::StoreU(x[0].w, df, master + i);
-  hn::StoreU(x[1].w, df, master + i + lanes);
-  if constexpr (O != kParamNone) StoreParams<O>(x[0].w, x[1].w, out, i);
+  Vectors a = LoadVectors<K, G, S>(k, master, s0, s1, grad, i);
+  Vectors b = LoadVectors<K, G, S>(k, master, s0, s1, grad, i + lanes);
+  Update<K>(k, a);
+  Update<K>(k, b);
+  hn::StoreU(a.w, df, master + i);
+  hn::StoreU(b.w, df, master + i + lanes);
+  if constexpr (O != kParamNone) StoreParams<O>(a.w, b.w, out, i);
   // bf16 states: one hash per element, its high half rounds state 0 and its low half state 1
   // ([Note: stochastic rounding bits]).
   namespace srv = sr::HWY_NAMESPACE;
-  VU hash[2] = {hn::Zero(du), hn::Zero(du)};
+  VU hash_a = hn::Zero(du), hash_b = hn::Zero(du);
   if constexpr (S) {
     const VU idx = hn::Add(hn::Iota(du, 0), hn::Set(du, index));
-    hash[0] = srv::SrHashV(du, idx, r.sr_key);
-    hash[1] = srv::SrHashV(du, hn::Add(idx, hn::Set(du, uint32_t(lanes))), r.sr_key);
+    hash_a = srv::SrHashV(du, idx, k.sr_k1, k.sr_k2);
+    hash_b = srv::SrHashV(du, hn::Add(idx, hn::Set(du, uint32_t(lanes))), k.sr_k1, k.sr_k2);
   }
-  if (WritesState0<K>(c)) {
-    StoreStates<S>(x[0].s0, x[1].s0, s0, i, srv::SrBitsV(du, hash[0], 0),
-                   srv::SrBitsV(du, hash[1], 0));
+  if (k.writes_s0) {
+    StoreStates<S>(a.s0, b.s0, s0, i, srv::SrBitsV(du, hash_a, 0), srv::SrBitsV(du, hash_b, 0));
   }
-  if constexpr (kStates == 2) {
-    StoreStates<S>(x[0].s1, x[1].s1, s1, i, srv::SrBitsV(du, hash[0], 1),
-                   srv::SrBitsV(du, hash[1], 1));
+  if constexpr (NumKernelStates<K>() == 2) {
+    StoreStates<S>(a.s1, b.s1, s1, i, srv::SrBitsV(du, hash_a, 1), srv::SrBitsV(du, hash_b, 1));
   }
 }
 
@@ -308,10 +336,17 @@ HWY_NOINLINE void Loop(const KernelConstants& c, const KernelRange& r) {
   const DF df;
   const size_t step = 2 * hn::Lanes(df);
   const size_t n = static_cast<size_t>(r.n);
+  const Hoisted k = MakeHoisted<K, S>(c, r);
+  float* const master_ptr = r.master;
+  void* const s0_ptr = r.state0;
+  void* const s1_ptr = r.state1;
+  const void* const grad_ptr = r.grad;
+  void* const out_ptr = r.param_out;
+  const uint32_t index_lo = r.index_lo;
   size_t i = 0;
   for (; i + step <= n; i += step) {
-    Body2<K, G, O, S>(c, r, r.master, r.state0, r.state1, r.grad, r.param_out, i,
-                      r.index_lo + static_cast<uint32_t>(i));
+    Body2<K, G, O, S>(k, master_ptr, s0_ptr, s1_ptr, grad_ptr, out_ptr, i,
+                      index_lo + static_cast<uint32_t>(i));
   }
   if (i == n) return;
   // [Note: identical tails] the remainder goes through the same body on a padded copy.
@@ -332,7 +367,7 @@ HWY_NOINLINE void Loop(const KernelConstants& c, const KernelRange& r) {
     std::memcpy(s1, static_cast<const uint8_t*>(r.state1) + i * state_size, count * state_size);
   }
   std::memcpy(grad, static_cast<const uint8_t*>(r.grad) + i * grad_size, count * grad_size);
-  Body2<K, G, O, S>(c, r, master, s0, s1, grad, out, 0, r.index_lo + static_cast<uint32_t>(i));
+  Body2<K, G, O, S>(k, master, s0, s1, grad, out, 0, index_lo + static_cast<uint32_t>(i));
   std::memcpy(r.master + i, master, count * sizeof(float));
   if (r.state0 != nullptr) {
     std::memcpy(static_cast<uint8_t*>(r.state0) + i * state_size, s0, count * state_size);
@@ -345,7 +380,6 @@ HWY_NOINLINE void Loop(const KernelConstants& c, const KernelRange& r) {
     std::memcpy(static_cast<uint8_t*>(r.param_out) + i * out_size, out, count * out_size);
   }
 }
-
 template <OptimizerKind K, DType G, int O>
 void DispatchStates(const KernelConstants& c, const KernelRange& r) {
   if (r.bf16_states) return Loop<K, G, O, true>(c, r);

@@ -25,9 +25,14 @@ HWY_INLINE hn::Vec<DU> Fmix32V(DU du, hn::Vec<DU> h) {
 }
 
 // The 32-bit hashes of indices `idx` (low 32 bits) under `key`: SrHash lane by lane.
+// k1 and k2 are the key's halves broadcast (loops hoist them).
+template <class DU>
+HWY_INLINE hn::Vec<DU> SrHashV(DU du, hn::Vec<DU> idx, hn::Vec<DU> k1, hn::Vec<DU> k2) {
+  return hn::Xor(Fmix32V(du, hn::Xor(idx, k1)), k2);
+}
 template <class DU>
 HWY_INLINE hn::Vec<DU> SrHashV(DU du, hn::Vec<DU> idx, SrKey key) {
-  return hn::Xor(Fmix32V(du, hn::Xor(idx, hn::Set(du, key.k1))), hn::Set(du, key.k2));
+  return SrHashV(du, idx, hn::Set(du, key.k1), hn::Set(du, key.k2));
 }
 
 // State `state_index`'s 16 random bits from the hashes (SrBits).
