@@ -12,8 +12,10 @@
 // a weight-decay segment, a sub-shard) starts or ends.
 
 // SSSE3 adds nothing over EMU128 for us and lacks the i32 -> u16 pack; AVX3_DL nothing over AVX3.
+// SVE's sizeless vectors cannot be struct members (Vectors, Hoisted): Arm runs the NEON target.
 #ifndef HWY_DISABLED_TARGETS
-#define HWY_DISABLED_TARGETS (HWY_SSSE3 | HWY_AVX3_DL)
+#define HWY_DISABLED_TARGETS \
+  (HWY_SSSE3 | HWY_AVX3_DL | HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128)
 #endif
 
 #include "optimizers/optimizer_kernels.h"
