@@ -190,7 +190,7 @@ HWY_INLINE void StoreStates(VF x0, VF x1, void* state, size_t i, VU r0, VU r1) {
 
 // ---- the update of one vector of elements ----------------------------------------------------
 
-// The constants of one range, broadcast once per Loop call and passed down by value. Read
+// The constants of one range, broadcast once per Loop call and passed down to the body. Read
 // through `c` inside the loop they would be reloaded (and 1 - lr * wd recomputed) after every
 // store: the kernel stores through float pointers, which may alias KernelConstants' floats.
 struct Hoisted {
@@ -339,6 +339,7 @@ HWY_NOINLINE void Loop(const KernelConstants& c, const KernelRange& r) {
   const size_t step = 2 * hn::Lanes(df);
   const size_t n = static_cast<size_t>(r.n);
   const Hoisted k = MakeHoisted<K, S>(c, r);
+  // Pointers copied out of `r` for the same reason as Hoisted: stores may alias `r`.
   float* const master_ptr = r.master;
   void* const s0_ptr = r.state0;
   void* const s1_ptr = r.state1;
@@ -382,6 +383,7 @@ HWY_NOINLINE void Loop(const KernelConstants& c, const KernelRange& r) {
     std::memcpy(static_cast<uint8_t*>(r.param_out) + i * out_size, out, count * out_size);
   }
 }
+
 template <OptimizerKind K, DType G, int O>
 void DispatchStates(const KernelConstants& c, const KernelRange& r) {
   if (r.bf16_states) return Loop<K, G, O, true>(c, r);
