@@ -187,40 +187,53 @@ void CpuOptimizer::Step(const OptimizerHyper& hyper, const ShardStep& shard) {
       consts.push_back(internal::MakeKernelConstants(WithGroup(hyper, g)));
     }
   }
-  const bool fp32_states = shard.state_dtype == StateDType::kF32;
   const size_t grad_size = DTypeSize(shard.grad_dtype);
   const size_t out_size = DTypeSize(shard.param_dtype);
   const std::span<const ShardSegment> segments = shard.segments;
 
-  // fp32 states are updated in place and bf16 states in registers ([Note: fused bf16 states] in
-  // optimizer_kernels.cc); int8 states are decoded into per-thread fp32 scratch, updated there
-  // and encoded back, a chunk of kScratchElements at a time so the scratch stays in L1.
-  const bool bf16_states = shard.state_dtype == StateDType::kBF16;
-  const bool scratch_states = !fp32_states && !bf16_states;
-  const size_t state_size = bf16_states ? sizeof(uint16_t) : sizeof(float);
-  const int64_t chunk_elements = scratch_states ? kScratchElements : kTileElements;
+  // fp32 states are updated in place, bf16 states in registers ([Note: fused bf16 states] in
+  // optimizer_kernels.cc) and int8 states block by block ([Note: fused int8 states]), a chunk of
+  // kScratchElements at a time. An int8 chunk that crosses a weight-decay segment boundary (the
+  // fused kernel takes one weight decay per range, and ranges start on block boundaries) is
+  // decoded into per-thread fp32 scratch instead, updated there piece by piece and encoded back.
+  // A kind without states steps alike whatever the state type.
+  const StateDType state_dtype = num_states == 0 ? StateDType::kF32 : shard.state_dtype;
+  const bool int8_states = state_dtype == StateDType::kInt8;
+  const int64_t chunk_elements = int8_states ? kScratchElements : kTileElements;
 
-  // Runs the kernel over [begin, end), split at segment boundaries; states[k] points at
-  // element `begin` of state k (in place, or in the scratch).
-  auto run_pieces = [&](int64_t begin, int64_t end, void* const states[2]) {
+  // The states of a run of elements [begin, ...): where element `begin` of each state is.
+  struct RunStates {
+    StateDType dtype = StateDType::kF32;
+    void* state[2] = {nullptr, nullptr};
+    float* scale[2] = {nullptr, nullptr};  // int8 codes
+    bool as_root = false;                  // int8 scratch ([Note: int8 second moments])
+  };
+
+  // Runs the kernel over [begin, end), split at segment boundaries.
+  auto run_pieces = [&](int64_t begin, int64_t end, const RunStates& states) {
+    const size_t state_size = StateCodeBytes(states.dtype);
     // The first segment that ends after `begin`.
     auto seg = std::upper_bound(segments.begin(), segments.end(), begin,
                                 [](int64_t pos, const ShardSegment& s) { return pos < s.end; });
     for (int64_t pos = begin; pos < end; ++seg) {
       const int64_t piece_end = std::min(end, seg->end);
       if (piece_end <= pos) continue;  // empty segment
+      const size_t skip = static_cast<size_t>(pos - begin);
       internal::KernelRange r;
       r.n = piece_end - pos;
       r.master = shard.master + pos;
-      r.state0 = states[0] != nullptr
-                     ? static_cast<uint8_t*>(states[0]) + (pos - begin) * state_size
+      r.state_dtype = states.dtype;
+      r.state0 = states.state[0] != nullptr
+                     ? static_cast<uint8_t*>(states.state[0]) + skip * state_size
                      : nullptr;
-      r.state1 = states[1] != nullptr
-                     ? static_cast<uint8_t*>(states[1]) + (pos - begin) * state_size
+      r.state1 = states.state[1] != nullptr
+                     ? static_cast<uint8_t*>(states.state[1]) + skip * state_size
                      : nullptr;
-      if (bf16_states) {
+      r.scale0 = states.scale[0];  // int8 runs are never split (one segment)
+      r.scale1 = states.scale[1];
+      r.second_moment_as_root = states.as_root;
+      if (states.dtype == StateDType::kBF16) {
         // Tiles never straddle a 2^32 index boundary (kTileElements divides 2^32).
-        r.bf16_states = true;
         r.index_lo = static_cast<uint32_t>(pos);
         r.sr_key = sr::MakeSrKey(shard.seed, hyper.step, static_cast<uint32_t>(pos >> 32));
       }
@@ -232,39 +245,48 @@ void CpuOptimizer::Step(const OptimizerHyper& hyper, const ShardStep& shard) {
                         : nullptr;
       r.param_dtype = shard.param_dtype;
       r.weight_decay = seg->weight_decay;
-      r.second_moment_as_root = scratch_states;  // int8 ([Note: int8 second moments])
       internal::RunOptimizerKernel(consts[size_t(seg->group)], r);
       pos = piece_end;
     }
   };
 
+  // True when [begin, end) lies in one weight-decay segment.
+  auto in_one_segment = [&](int64_t begin, int64_t end) {
+    auto seg = std::upper_bound(segments.begin(), segments.end(), begin,
+                                [](int64_t pos, const ShardSegment& s) { return pos < s.end; });
+    return seg->end >= end;
+  };
+
   auto run_tile = [&](int64_t tile, int participant) {
     const int64_t tile_end = std::min(shard.n, (tile + 1) * kTileElements);
-    float* scratch = scratch_states ? pool_->Scratch(participant) : nullptr;
     for (int64_t begin = tile * kTileElements; begin < tile_end; begin += chunk_elements) {
       const int64_t end = std::min(tile_end, begin + chunk_elements);
-      const int64_t len = end - begin;
-      void* states[2] = {nullptr, nullptr};
+      RunStates states;
+      states.dtype = state_dtype;
       for (int k = 0; k < num_states; ++k) {
-        if (!scratch_states) {
-          states[k] = static_cast<uint8_t*>(shard.state[k]) + begin * state_size;
-        } else {
-          // [Note: state layout] codes and scales are addressed from the chunk's first element
-          // (a multiple of kQuantBlock). Root states stay roots in the scratch: the kernel
-          // squares and takes the root itself.
-          states[k] = scratch + k * kScratchElements;
-          DecodeState(shard.state_dtype, static_cast<const uint8_t*>(shard.state[k]) + begin,
-                      shard.state_scale[k] + begin / kQuantBlock, begin, len,
-                      static_cast<float*>(states[k]));
-        }
+        // [Note: state layout] int8 codes and scales are addressed from the chunk's first
+        // element (a multiple of kQuantBlock).
+        states.state[k] =
+            static_cast<uint8_t*>(shard.state[k]) + begin * StateCodeBytes(state_dtype);
+        if (int8_states) states.scale[k] = shard.state_scale[k] + begin / kQuantBlock;
       }
-      run_pieces(begin, end, states);
-      if (scratch_states) {
-        for (int k = 0; k < num_states; ++k) {
-          EncodeState(shard.state_dtype, static_cast<const float*>(states[k]), begin, len,
-                      static_cast<uint8_t*>(shard.state[k]) + begin,
-                      shard.state_scale[k] + begin / kQuantBlock, shard.seed, hyper.step, k);
-        }
+      if (!int8_states || in_one_segment(begin, end)) {
+        run_pieces(begin, end, states);
+        continue;
+      }
+      // Root states stay roots in the scratch: the kernel squares and takes the root itself.
+      RunStates scratch;
+      scratch.as_root = true;
+      const int64_t len = end - begin;
+      for (int k = 0; k < num_states; ++k) {
+        scratch.state[k] = pool_->Scratch(participant) + k * kScratchElements;
+        DecodeState(StateDType::kInt8, states.state[k], states.scale[k], begin, len,
+                    static_cast<float*>(scratch.state[k]));
+      }
+      run_pieces(begin, end, scratch);
+      for (int k = 0; k < num_states; ++k) {
+        EncodeState(StateDType::kInt8, static_cast<const float*>(scratch.state[k]), begin, len,
+                    states.state[k], states.scale[k], shard.seed, hyper.step, k);
       }
     }
   };

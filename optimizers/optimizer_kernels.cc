@@ -27,6 +27,7 @@
 #define HWY_TARGET_INCLUDE "optimizers/optimizer_kernels.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "optimizers/int8_block-inl.h"
 #include "optimizers/stochastic_rounding-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -153,27 +154,42 @@ HWY_INLINE void StoreParams(VF w0, VF w1, void* out, size_t i) {
   }
 }
 
-// ---- states: fp32 in place, or bf16 codes widened and rounded stochastically ----------------
+// ---- states: fp32 in place, bf16 codes rounded stochastically, or int8 codes ------------------
 
-template <bool kBF16>
-HWY_INLINE VF LoadState(const void* state, size_t i) {
+// Bytes per element of a state as the kernel reads it, and as it writes it: int8 states are
+// read as codes and written as fp32 values into a block buffer ([Note: fused int8 states]).
+template <StateDType S>
+constexpr size_t StateInBytes() {
+  return StateCodeBytes(S);
+}
+template <StateDType S>
+constexpr size_t StateOutBytes() {
+  return S == StateDType::kBF16 ? 2 : 4;
+}
+
+// The fp32 value of a state at element i; `scale` is the int8 block's scale, broadcast.
+template <StateDType S>
+HWY_INLINE VF LoadState(const void* state, size_t i, VF scale) {
   const DF df;
-  if constexpr (kBF16) {
+  if constexpr (S == StateDType::kBF16) {
     const DU du;
     const DU16 du16;
     const VU h = hn::PromoteTo(du, hn::LoadU(du16, static_cast<const uint16_t*>(state) + i));
     return hn::BitCast(df, hn::ShiftLeft<16>(h));
+  } else if constexpr (S == StateDType::kInt8) {
+    return int8q::HWY_NAMESPACE::DecodeInt8V(df, static_cast<const int8_t*>(state) + i, scale);
   } else {
+    (void)scale;
     return hn::LoadU(df, static_cast<const float*>(state) + i);
   }
 }
 
 // Stores the new values x0 (at i) and x1 (at i + lanes) of a state; for bf16 states r0 and r1
-// are their 16 random bits per lane.
-template <bool kBF16>
+// are their 16 random bits per lane. int8 states store fp32 (to the block buffer).
+template <StateDType S>
 HWY_INLINE void StoreStates(VF x0, VF x1, void* state, size_t i, VU r0, VU r1) {
   const DF df;
-  if constexpr (kBF16) {
+  if constexpr (S == StateDType::kBF16) {
     const DU du;
     namespace srv = sr::HWY_NAMESPACE;
     StoreUpperHalves(srv::RoundToBF16Upper(du, hn::BitCast(du, x0), r0),
@@ -198,6 +214,7 @@ struct Hoisted {
   VF lr, wd, decay;  // decay = 1 - lr * wd (AdamW, Lion)
   VF grad_scale;
   VU sr_k1, sr_k2;  // bf16 states: the range's stochastic-rounding key
+  VF scale0, scale1;  // int8 states: the current block's scales (set per block)
   bool as_root, reads_s0, writes_s0, sgd_momentum, sgd_first_step, nesterov;
 };
 
@@ -207,7 +224,7 @@ constexpr int NumKernelStates() {
   return K == OptimizerKind::kAdamW || K == OptimizerKind::kAdam ? 2 : 1;
 }
 
-template <OptimizerKind K, bool S>
+template <OptimizerKind K, StateDType S>
 HWY_INLINE Hoisted MakeHoisted(const KernelConstants& c, const KernelRange& r) {
   const DF df;
   const DU du;
@@ -225,7 +242,9 @@ HWY_INLINE Hoisted MakeHoisted(const KernelConstants& c, const KernelRange& r) {
   k.grad_scale = hn::Set(df, r.grad_scale);
   k.sr_k1 = hn::Set(du, r.sr_key.k1);
   k.sr_k2 = hn::Set(du, r.sr_key.k2);
-  k.as_root = !S && r.second_moment_as_root;
+  k.scale0 = k.scale1 = hn::Zero(df);
+  // int8 codes always hold the root ([Note: int8 second moments]); so does the int8 scratch.
+  k.as_root = S == StateDType::kInt8 || (S == StateDType::kF32 && r.second_moment_as_root);
   k.reads_s0 = K != OptimizerKind::kSgd || (c.sgd_momentum && !c.sgd_first_step);
   k.writes_s0 = K != OptimizerKind::kSgd || c.sgd_momentum;
   k.sgd_momentum = c.sgd_momentum;
@@ -240,15 +259,15 @@ struct Vectors {
   VF w, g, s0, s1;
 };
 
-template <OptimizerKind K, DType G, bool S>
+template <OptimizerKind K, DType G, StateDType S>
 HWY_INLINE Vectors LoadVectors(const Hoisted& k, const float* master, const void* s0,
                                const void* s1, const void* grad, size_t at) {
   const DF df;
   Vectors x;
   x.w = hn::LoadU(df, master + at);
   x.g = hn::Mul(LoadGrad<G>(grad, at), k.grad_scale);
-  x.s0 = k.reads_s0 ? LoadState<S>(s0, at) : hn::Zero(df);
-  x.s1 = NumKernelStates<K>() == 2 ? LoadState<S>(s1, at) : hn::Zero(df);
+  x.s0 = k.reads_s0 ? LoadState<S>(s0, at, k.scale0) : hn::Zero(df);
+  x.s1 = NumKernelStates<K>() == 2 ? LoadState<S>(s1, at, k.scale1) : hn::Zero(df);
   return x;
 }
 
@@ -300,94 +319,161 @@ HWY_INLINE void Update(const Hoisted& k, Vectors& x) {
   x.w = w;
 }
 
+// The arrays of one run of elements, each pointer at the run's element 0 (null when absent).
+// States are read from s*_in and written to s*_out: the same array for fp32 and bf16 states,
+// int8 codes in and a block buffer of fp32 out for int8 states.
+struct Arrays {
+  float* master;
+  const void* s0_in;
+  const void* s1_in;
+  void* s0_out;
+  void* s1_out;
+  const void* grad;
+  void* out;
+};
+
 // Updates the two vectors of elements at i and i + lanes (`index`: element i's low 32 index
 // bits). Two at a time, so 16-bit results are packed with one permute (StoreUpperHalves). The
 // two are named values, not an array: GCC kept an array of them on the stack.
-template <OptimizerKind K, DType G, int O, bool S>
-HWY_INLINE void Body2(const Hoisted& k, float* master, void* s0, void* s1, const void* grad,
-                      void* out, size_t i, uint32_t index) {
+template <OptimizerKind K, DType G, int O, StateDType S>
+HWY_INLINE void Body2(const Hoisted& k, const Arrays& p, size_t i, uint32_t index) {
   const DF df;
   const DU du;
   const size_t lanes = hn::Lanes(df);
-  Vectors a = LoadVectors<K, G, S>(k, master, s0, s1, grad, i);
-  Vectors b = LoadVectors<K, G, S>(k, master, s0, s1, grad, i + lanes);
+  Vectors a = LoadVectors<K, G, S>(k, p.master, p.s0_in, p.s1_in, p.grad, i);
+  Vectors b = LoadVectors<K, G, S>(k, p.master, p.s0_in, p.s1_in, p.grad, i + lanes);
   Update<K>(k, a);
   Update<K>(k, b);
-  hn::StoreU(a.w, df, master + i);
-  hn::StoreU(b.w, df, master + i + lanes);
-  if constexpr (O != kParamNone) StoreParams<O>(a.w, b.w, out, i);
+  hn::StoreU(a.w, df, p.master + i);
+  hn::StoreU(b.w, df, p.master + i + lanes);
+  if constexpr (O != kParamNone) StoreParams<O>(a.w, b.w, p.out, i);
   // bf16 states: one hash per element, its high half rounds state 0 and its low half state 1
   // ([Note: stochastic rounding bits]).
   namespace srv = sr::HWY_NAMESPACE;
   VU hash_a = hn::Zero(du), hash_b = hn::Zero(du);
-  if constexpr (S) {
+  if constexpr (S == StateDType::kBF16) {
     const VU idx = hn::Add(hn::Iota(du, 0), hn::Set(du, index));
     hash_a = srv::SrHashV(du, idx, k.sr_k1, k.sr_k2);
     hash_b = srv::SrHashV(du, hn::Add(idx, hn::Set(du, uint32_t(lanes))), k.sr_k1, k.sr_k2);
   }
   if (k.writes_s0) {
-    StoreStates<S>(a.s0, b.s0, s0, i, srv::SrBitsV(du, hash_a, 0), srv::SrBitsV(du, hash_b, 0));
+    StoreStates<S>(a.s0, b.s0, p.s0_out, i, srv::SrBitsV(du, hash_a, 0),
+                   srv::SrBitsV(du, hash_b, 0));
   }
   if constexpr (NumKernelStates<K>() == 2) {
-    StoreStates<S>(a.s1, b.s1, s1, i, srv::SrBitsV(du, hash_a, 1), srv::SrBitsV(du, hash_b, 1));
+    StoreStates<S>(a.s1, b.s1, p.s1_out, i, srv::SrBitsV(du, hash_a, 1),
+                   srv::SrBitsV(du, hash_b, 1));
   }
 }
 
-template <OptimizerKind K, DType G, int O, bool S>
-HWY_NOINLINE void Loop(const KernelConstants& c, const KernelRange& r) {
+const uint8_t* At(const void* p, size_t bytes) {
+  return p == nullptr ? nullptr : static_cast<const uint8_t*>(p) + bytes;
+}
+uint8_t* At(void* p, size_t bytes) {
+  return p == nullptr ? nullptr : static_cast<uint8_t*>(p) + bytes;
+}
+
+// Runs elements [0, n) of `p` through Body2: whole steps of two vectors, then the remainder
+// through the same body on a padded copy ([Note: identical tails]).
+template <OptimizerKind K, DType G, int O, StateDType S>
+HWY_INLINE void Steps(const Hoisted& k, const Arrays& p, size_t n, uint32_t index_lo) {
   const DF df;
   const size_t step = 2 * hn::Lanes(df);
-  const size_t n = static_cast<size_t>(r.n);
-  const Hoisted k = MakeHoisted<K, S>(c, r);
-  // Pointers copied out of `r` for the same reason as Hoisted: stores may alias `r`.
-  float* const master_ptr = r.master;
-  void* const s0_ptr = r.state0;
-  void* const s1_ptr = r.state1;
-  const void* const grad_ptr = r.grad;
-  void* const out_ptr = r.param_out;
-  const uint32_t index_lo = r.index_lo;
   size_t i = 0;
   for (; i + step <= n; i += step) {
-    Body2<K, G, O, S>(k, master_ptr, s0_ptr, s1_ptr, grad_ptr, out_ptr, i,
-                      index_lo + static_cast<uint32_t>(i));
+    Body2<K, G, O, S>(k, p, i, index_lo + static_cast<uint32_t>(i));
   }
   if (i == n) return;
-  // [Note: identical tails] the remainder goes through the same body on a padded copy.
   constexpr size_t kMaxLanes = 2 * HWY_MAX_BYTES / sizeof(float);
   HWY_ALIGN float master[kMaxLanes] = {};
-  HWY_ALIGN float s0[kMaxLanes] = {};
-  HWY_ALIGN float s1[kMaxLanes] = {};
+  HWY_ALIGN uint8_t s_in[2][kMaxLanes * sizeof(float)] = {};
+  HWY_ALIGN uint8_t s_out[2][kMaxLanes * sizeof(float)] = {};
   HWY_ALIGN uint8_t grad[kMaxLanes * sizeof(float)] = {};
   HWY_ALIGN uint8_t out[kMaxLanes * sizeof(float)] = {};
   const size_t count = n - i;
-  const size_t grad_size = DTypeSize(r.grad_dtype);
-  const size_t state_size = S ? sizeof(uint16_t) : sizeof(float);
-  std::memcpy(master, r.master + i, count * sizeof(float));
-  if (r.state0 != nullptr) {
-    std::memcpy(s0, static_cast<const uint8_t*>(r.state0) + i * state_size, count * state_size);
+  const size_t grad_size = DTypeSize(G);
+  constexpr size_t in_size = StateInBytes<S>(), out_size = StateOutBytes<S>();
+  const void* const in[2] = {p.s0_in, p.s1_in};
+  void* const dst[2] = {p.s0_out, p.s1_out};
+  std::memcpy(master, p.master + i, count * sizeof(float));
+  for (int s = 0; s < 2; ++s) {
+    if (in[s] != nullptr) std::memcpy(s_in[s], At(in[s], i * in_size), count * in_size);
   }
-  if (r.state1 != nullptr) {
-    std::memcpy(s1, static_cast<const uint8_t*>(r.state1) + i * state_size, count * state_size);
-  }
-  std::memcpy(grad, static_cast<const uint8_t*>(r.grad) + i * grad_size, count * grad_size);
-  Body2<K, G, O, S>(k, master, s0, s1, grad, out, 0, index_lo + static_cast<uint32_t>(i));
-  std::memcpy(r.master + i, master, count * sizeof(float));
-  if (r.state0 != nullptr) {
-    std::memcpy(static_cast<uint8_t*>(r.state0) + i * state_size, s0, count * state_size);
-  }
-  if (r.state1 != nullptr) {
-    std::memcpy(static_cast<uint8_t*>(r.state1) + i * state_size, s1, count * state_size);
+  std::memcpy(grad, At(p.grad, i * grad_size), count * grad_size);
+  const Arrays padded{master, s_in[0], s_in[1], s_out[0], s_out[1], grad, out};
+  Body2<K, G, O, S>(k, padded, 0, index_lo + static_cast<uint32_t>(i));
+  std::memcpy(p.master + i, master, count * sizeof(float));
+  for (int s = 0; s < 2; ++s) {
+    if (dst[s] != nullptr) std::memcpy(At(dst[s], i * out_size), s_out[s], count * out_size);
   }
   if constexpr (O != kParamNone) {
-    const size_t out_size = DTypeSize(static_cast<DType>(O));
-    std::memcpy(static_cast<uint8_t*>(r.param_out) + i * out_size, out, count * out_size);
+    const size_t param_size = DTypeSize(static_cast<DType>(O));
+    std::memcpy(At(p.out, i * param_size), out, count * param_size);
+  }
+}
+
+// fp32 states in place and bf16 states in registers ([Note: fused bf16 states]).
+template <OptimizerKind K, DType G, int O, StateDType S>
+HWY_NOINLINE void Loop(const KernelConstants& c, const KernelRange& r) {
+  const Hoisted k = MakeHoisted<K, S>(c, r);
+  // The pointers are copied out of `r` for the same reason as Hoisted: stores may alias `r`.
+  const Arrays p{r.master, r.state0, r.state1, r.state0, r.state1, r.grad, r.param_out};
+  Steps<K, G, O, S>(k, p, static_cast<size_t>(r.n), r.index_lo);
+}
+
+// [Note: fused int8 states] int8 states are decoded in the loads (one scale per block of
+// kQuantBlock), updated, written as fp32 into an L1 buffer of one block, and the block is then
+// encoded by the codec's own EncodeInt8Block (int8_block-inl.h). A step so moves 1 byte per
+// state each way plus the scales, and makes no decode pass over a scratch copy. The result is
+// that of DecodeState, the fp32 kernel with root second moments, and EncodeState, bit for bit
+// (the tests compare both paths). The range starts at a block boundary and has one weight
+// decay; CpuOptimizer runs a chunk that crosses a segment boundary through the scratch.
+template <OptimizerKind K, DType G, int O>
+HWY_NOINLINE void LoopInt8(const KernelConstants& c, const KernelRange& r) {
+  const DF df;
+  Hoisted k = MakeHoisted<K, StateDType::kInt8>(c, r);
+  constexpr int kStates = NumKernelStates<K>();
+  const size_t n = static_cast<size_t>(r.n);
+  const size_t grad_size = DTypeSize(G);
+  const size_t param_size = O != kParamNone ? DTypeSize(static_cast<DType>(O)) : 0;
+  float* const master = r.master;
+  int8_t* const codes0 = static_cast<int8_t*>(r.state0);
+  int8_t* const codes1 = static_cast<int8_t*>(r.state1);
+  float* const scales0 = r.scale0;
+  float* const scales1 = r.scale1;
+  const void* const grad = r.grad;
+  void* const param_out = r.param_out;
+  HWY_ALIGN float block0[kQuantBlock];
+  HWY_ALIGN float block1[kQuantBlock];
+  for (size_t b = 0; b < n; b += kQuantBlock) {
+    const size_t count = n - b < size_t{kQuantBlock} ? n - b : size_t{kQuantBlock};
+    const size_t q = b / kQuantBlock;
+    if (k.reads_s0) k.scale0 = hn::Set(df, scales0[q]);
+    if constexpr (kStates == 2) k.scale1 = hn::Set(df, scales1[q]);
+    const Arrays p{master + b,
+                   At(codes0, b),
+                   kStates == 2 ? At(codes1, b) : nullptr,
+                   block0,
+                   kStates == 2 ? block1 : nullptr,
+                   At(grad, b * grad_size),
+                   At(param_out, b * param_size)};
+    Steps<K, G, O, StateDType::kInt8>(k, p, count, 0);
+    namespace q8 = int8q::HWY_NAMESPACE;
+    if (k.writes_s0) q8::EncodeInt8Block(block0, count, codes0 + b, scales0 + q);
+    if constexpr (kStates == 2) q8::EncodeInt8Block(block1, count, codes1 + b, scales1 + q);
   }
 }
 
 template <OptimizerKind K, DType G, int O>
 void DispatchStates(const KernelConstants& c, const KernelRange& r) {
-  if (r.bf16_states) return Loop<K, G, O, true>(c, r);
-  return Loop<K, G, O, false>(c, r);
+  switch (r.state_dtype) {
+    case StateDType::kF32:
+      return Loop<K, G, O, StateDType::kF32>(c, r);
+    case StateDType::kBF16:
+      return Loop<K, G, O, StateDType::kBF16>(c, r);
+    case StateDType::kInt8:
+      return LoopInt8<K, G, O>(c, r);
+  }
 }
 
 template <OptimizerKind K, DType G>

@@ -42,14 +42,19 @@ KernelConstants MakeKernelConstants(const OptimizerHyper& hyper);
 struct KernelRange {
   int64_t n = 0;
   float* master = nullptr;
-  // States: fp32, or bf16 codes when bf16_states (decoded and stochastically rounded in
-  // registers: [Note: fused bf16 states] in optimizer_kernels.cc). Null when the kind lacks one.
+  // States, as state_dtype says: fp32 values; bf16 codes (decoded and stochastically rounded in
+  // registers: [Note: fused bf16 states] in optimizer_kernels.cc); or int8 codes with their
+  // per-block scales scale0 / scale1 (decoded in the loads and encoded block by block: [Note:
+  // fused int8 states]; the range then starts at a kQuantBlock boundary, and its codes and
+  // scales are addressed from there). Null when the kind lacks one.
   void* state0 = nullptr;
   void* state1 = nullptr;
-  bool bf16_states = false;
+  StateDType state_dtype = StateDType::kF32;
+  float* scale0 = nullptr;
+  float* scale1 = nullptr;
   // fp32 states only: the second moment (Adam's state1, Adagrad's state0) is held as its
   // square root, read and written so ([Note: int8 second moments]): the int8 path's scratch,
-  // which then needs no squaring or square-root pass of its own.
+  // which then needs no squaring or square-root pass of its own. int8 codes always hold roots.
   bool second_moment_as_root = false;
   sr::SrKey sr_key;        // bf16 states: the key of the range's run of indices
   uint32_t index_lo = 0;   // bf16 states: low 32 bits of element 0's shard index

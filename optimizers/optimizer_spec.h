@@ -105,6 +105,11 @@ inline constexpr bool Int8StoresRoot(OptimizerKind kind, int state) {
          (kind == OptimizerKind::kAdagrad && state == 0);
 }
 
+// Bytes of one element's code (int8's block scales not counted).
+inline constexpr size_t StateCodeBytes(StateDType t) {
+  return t == StateDType::kF32 ? 4 : t == StateDType::kBF16 ? 2 : 1;
+}
+
 // Bytes of one state tensor of n elements (int8: codes plus the block scales).
 inline constexpr int64_t StateBytes(StateDType t, int64_t n) {
   switch (t) {

@@ -11,6 +11,7 @@
 #define HWY_TARGET_INCLUDE "optimizers/state_codec.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "optimizers/int8_block-inl.h"
 #include "optimizers/stochastic_rounding-inl.h"
 
 #ifndef ZS_OPTIMIZERS_STATE_CODEC_CC_HELPERS_
@@ -93,14 +94,11 @@ void EncodeBF16(const float* src, size_t n, uint16_t* out, uint32_t index_lo, Sr
 
 template <class DF>
 HWY_INLINE size_t DecodeInt8Lanes(DF df, const int8_t* in, size_t count, float scale, float* dst) {
-  const hn::RebindToSigned<DF> di;
-  const hn::Rebind<int8_t, DF> di8;
   const size_t lanes = hn::Lanes(df);
   const auto vscale = hn::Set(df, scale);
   size_t i = 0;
   for (; i + lanes <= count; i += lanes) {
-    const auto codes = hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(di8, in + i)));
-    hn::StoreU(hn::Mul(codes, vscale), df, dst + i);
+    hn::StoreU(int8q::HWY_NAMESPACE::DecodeInt8V(df, in + i, vscale), df, dst + i);
   }
   return i;
 }
@@ -117,89 +115,12 @@ void DecodeInt8(const int8_t* in, const float* scales, size_t n, float* dst) {
   }
 }
 
-template <class DF>
-HWY_INLINE size_t MaxAbsLanes(DF df, const float* src, size_t count, float* max_abs) {
-  const size_t lanes = hn::Lanes(df);
-  // Four accumulators: one vmaxps chain would be latency-bound. Max is exact, so the grouping
-  // does not change the result.
-  auto m0 = hn::Set(df, *max_abs), m1 = m0, m2 = m0, m3 = m0;
-  size_t i = 0;
-  for (; i + 4 * lanes <= count; i += 4 * lanes) {
-    m0 = hn::Max(m0, hn::Abs(hn::LoadU(df, src + i)));
-    m1 = hn::Max(m1, hn::Abs(hn::LoadU(df, src + i + lanes)));
-    m2 = hn::Max(m2, hn::Abs(hn::LoadU(df, src + i + 2 * lanes)));
-    m3 = hn::Max(m3, hn::Abs(hn::LoadU(df, src + i + 3 * lanes)));
-  }
-  for (; i + lanes <= count; i += lanes) m0 = hn::Max(m0, hn::Abs(hn::LoadU(df, src + i)));
-  *max_abs = hn::GetLane(hn::MaxOfLanes(df, hn::Max(hn::Max(m0, m1), hn::Max(m2, m3))));
-  return i;
-}
-
-// code = round-to-nearest-even(x * inv) ([Note: int8 quantization]). |x| <= max|x| of the block
-// and inv = fl(127 / max), so |x * inv| <= 127 * (1 + 2^-24)^2 < 127.5: no clamp is needed.
-// Adding 1.5 * 2^23 rounds to an integer (ties to even, as the FPU rounds), which then sits
-// in the low mantissa bits: the low byte of the float's bits is the two's-complement code.
-template <class DF>
-HWY_INLINE size_t QuantizeByReciprocal(DF df, const float* src, size_t count, float inv,
-                                       int8_t* out) {
-  const hn::RebindToUnsigned<DF> du;
-  const hn::Rebind<uint8_t, DF> du8;
-  const size_t lanes = hn::Lanes(df);
-  const auto vinv = hn::Set(df, inv);
-  const auto magic = hn::Set(df, 12582912.0f);  // 1.5 * 2^23
-  size_t i = 0;
-  for (; i + lanes <= count; i += lanes) {
-    const auto rounded = hn::Add(hn::Mul(hn::LoadU(df, src + i), vinv), magic);
-    hn::StoreU(hn::TruncateTo(du8, hn::BitCast(du, rounded)), du8,
-               reinterpret_cast<uint8_t*>(out) + i);
-  }
-  return i;
-}
-
-// code = round-to-nearest-even(x / scale) clamped: blocks so small that 127 / max overflows.
-template <class DF>
-HWY_INLINE size_t QuantizeByDivision(DF df, const float* src, size_t count, float scale,
-                                     int8_t* out) {
-  const hn::RebindToSigned<DF> di;
-  const hn::Rebind<int8_t, DF> di8;
-  const size_t lanes = hn::Lanes(df);
-  const auto vscale = hn::Set(df, scale);
-  const auto lo = hn::Set(df, -127.0f);
-  const auto hi = hn::Set(df, 127.0f);
-  size_t i = 0;
-  for (; i + lanes <= count; i += lanes) {
-    const auto q = hn::Round(hn::Div(hn::LoadU(df, src + i), vscale));
-    const auto code = hn::ConvertTo(di, hn::Min(hn::Max(q, lo), hi));
-    hn::StoreU(hn::DemoteTo(di8, code), di8, out + i);
-  }
-  return i;
-}
-
+// The block encoder is int8_block-inl.h's, shared with the fused kernel.
 void EncodeInt8(const float* src, size_t n, int8_t* out, float* scales) {
-  const hn::ScalableTag<float> df;
-  const hn::CappedTag<float, 1> d1;
   for (size_t begin = 0; begin < n; begin += kQuantBlock) {
     const size_t count = n - begin < size_t{kQuantBlock} ? n - begin : size_t{kQuantBlock};
-    const float* block = src + begin;
-    int8_t* codes = out + begin;
-    float max_abs = 0.0f;
-    size_t done = MaxAbsLanes(df, block, count, &max_abs);
-    MaxAbsLanes(d1, block + done, count - done, &max_abs);
-    const float scale = max_abs / 127.0f;
-    scales[begin / kQuantBlock] = scale;
-    if (scale == 0.0f) {  // all zeros (or only values so small that max/127 underflows)
-      std::memset(codes, 0, count);
-      continue;
-    }
-    // One division per block, a multiplication per element ([Note: int8 quantization]).
-    const float inv = 127.0f / max_abs;
-    if (inv <= 3.0e38f) {
-      done = QuantizeByReciprocal(df, block, count, inv, codes);
-      QuantizeByReciprocal(d1, block + done, count - done, inv, codes + done);
-    } else {
-      done = QuantizeByDivision(df, block, count, scale, codes);
-      QuantizeByDivision(d1, block + done, count - done, scale, codes + done);
-    }
+    int8q::HWY_NAMESPACE::EncodeInt8Block(src + begin, count, out + begin,
+                                          scales + begin / kQuantBlock);
   }
 }
 
