@@ -18,9 +18,10 @@ namespace zs {
 
 namespace {
 
-// int8 states are decoded, updated and encoded this many elements at a time: 2 states x 8 KiB of
-// fp32 scratch stay in L1 (a whole tile's scratch, 128 KiB, did not, and the four passes over
-// it ran at L2 speed).
+// int8 states are stepped this many elements at a time. A chunk that crosses a weight-decay
+// segment boundary is decoded into fp32 scratch, updated and encoded back: 2 states x 8 KiB of
+// scratch stay in L1 (a whole tile's scratch, 128 KiB, did not, and the passes over it ran at
+// L2 speed). The others run the fused kernel ([Note: fused int8 states]).
 constexpr int64_t kScratchElements = 2048;
 
 }  // namespace

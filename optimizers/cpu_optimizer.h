@@ -12,9 +12,11 @@
 //   the thread count and of the tiling. Step blocks the calling thread until every tile is done.
 // - fp32 states are updated in place; bf16 states are widened, updated and stochastically
 //   rounded in registers ([Note: fused bf16 states] in optimizer_kernels.cc); int8 states are
-//   decoded 2048 elements at a time into per-thread fp32 scratch that stays in L1 (second
-//   moments kept as their roots, which the kernel squares and takes again: no extra passes),
-//   updated and encoded back (per-block symmetric scale). Each state byte in memory is read and
+//   decoded in the kernel's loads, updated into a one-block fp32 buffer in L1 and encoded from
+//   it (per-block symmetric scale; second moments kept as their roots, which the kernel squares
+//   and takes again: [Note: fused int8 states]). A 2048-element int8 chunk that crosses a
+//   weight-decay segment boundary goes through per-thread fp32 scratch instead (decode, update
+//   piece by piece, encode), with the same result. Each state byte in memory is read and
 //   written once.
 // - Threads: `threads` threads run the tiles: threads - 1 workers created at construction plus
 //   the caller (0 or 1 = the caller alone). One Step at a time per object; different objects
