@@ -103,13 +103,16 @@ HWY_INLINE void StoreUpperHalves(VU lo, VU hi, uint16_t* out) {
 inline constexpr int kParamNone = -1;
 
 // bf16 round to nearest even: the stochastic rounding of RoundToBF16Upper with the fixed
-// "random" bits 0x7fff + (lowest kept bit), which ties to even.
+// "random" bits 0x7fff + (lowest kept bit), which ties to even. kNaN: whether a lane may be NaN
+// ([Note: NaN-free stores]).
+template <bool kNaN>
 HWY_INLINE VU BF16NearestUpper(VF w) {
   const DU du;
   const VU u = hn::BitCast(du, w);
   const VU rounding =
       hn::Add(hn::Set(du, 0x7fffu), hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u)));
-  return sr::HWY_NAMESPACE::RoundToBF16Upper(du, u, rounding);
+  if constexpr (kNaN) return sr::HWY_NAMESPACE::RoundToBF16Upper(du, u, rounding);
+  return sr::HWY_NAMESPACE::RoundNonNaNToBF16Upper(du, u, rounding);
 }
 
 HWY_INLINE VU F16Bits(VF w) {
@@ -134,7 +137,7 @@ HWY_INLINE VU F16Bits(VF w) {
 }
 
 // Stores the param_out copies of two consecutive vectors w0 (at i) and w1 (at i + lanes).
-template <int O>
+template <int O, bool kNaN>
 HWY_INLINE void StoreParams(VF w0, VF w1, void* out, size_t i) {
   const DF df;
   if constexpr (O == int(DType::kF32)) {
@@ -142,7 +145,8 @@ HWY_INLINE void StoreParams(VF w0, VF w1, void* out, size_t i) {
     hn::StoreU(w0, df, p);
     hn::StoreU(w1, df, p + hn::Lanes(df));
   } else if constexpr (O == int(DType::kBF16)) {
-    StoreUpperHalves(BF16NearestUpper(w0), BF16NearestUpper(w1), static_cast<uint16_t*>(out) + i);
+    StoreUpperHalves(BF16NearestUpper<kNaN>(w0), BF16NearestUpper<kNaN>(w1),
+                     static_cast<uint16_t*>(out) + i);
   } else {
     // f16 bits sit in the low half of each lane; every lane is <= 0xffff, so the saturating
     // demotion is a plain truncation.
@@ -185,16 +189,23 @@ HWY_INLINE VF LoadState(const void* state, size_t i, VF scale) {
 }
 
 // Stores the new values x0 (at i) and x1 (at i + lanes) of a state; for bf16 states r0 and r1
-// are their 16 random bits per lane. int8 states store fp32 (to the block buffer).
-template <StateDType S>
+// are their 16 random bits per lane and kNaN whether a lane may be NaN. int8 states store fp32
+// (to the block buffer).
+template <StateDType S, bool kNaN>
 HWY_INLINE void StoreStates(VF x0, VF x1, void* state, size_t i, VU r0, VU r1) {
   const DF df;
   if constexpr (S == StateDType::kBF16) {
     const DU du;
     namespace srv = sr::HWY_NAMESPACE;
-    StoreUpperHalves(srv::RoundToBF16Upper(du, hn::BitCast(du, x0), r0),
-                     srv::RoundToBF16Upper(du, hn::BitCast(du, x1), r1),
-                     static_cast<uint16_t*>(state) + i);
+    if constexpr (kNaN) {
+      StoreUpperHalves(srv::RoundToBF16Upper(du, hn::BitCast(du, x0), r0),
+                       srv::RoundToBF16Upper(du, hn::BitCast(du, x1), r1),
+                       static_cast<uint16_t*>(state) + i);
+    } else {
+      StoreUpperHalves(srv::RoundNonNaNToBF16Upper(du, hn::BitCast(du, x0), r0),
+                       srv::RoundNonNaNToBF16Upper(du, hn::BitCast(du, x1), r1),
+                       static_cast<uint16_t*>(state) + i);
+    }
   } else {
     (void)r0;
     (void)r1;
@@ -332,6 +343,38 @@ struct Arrays {
   void* out;
 };
 
+// [Note: NaN-free stores] Rounding to bf16 needs a select so that a NaN stays NaN; the select
+// is skipped when no value to be rounded can be NaN, which one test on the new weights
+// decides: NaN propagates through every operation of the AdamW, Adam, SGD and Adagrad
+// updates into the weight (a NaN state or moment makes the weight's update NaN), so weights
+// without NaN mean states without NaN. Lion's sign() stops NaN (sign(NaN) = 0), so its new
+// momentum is tested too. inf needs no select (its low half is zero), and inf - inf only sends
+// a pair down the NaN path, which gives the same bits.
+template <OptimizerKind K>
+HWY_INLINE bool MayBeNaN(const Vectors& a, const Vectors& b) {
+  const DF df;
+  VF sum = hn::Add(a.w, b.w);  // NaN if either is
+  if constexpr (K == OptimizerKind::kLion) sum = hn::Add(sum, hn::Add(a.s0, b.s0));
+  return !hn::AllFalse(df, hn::IsNaN(sum));
+}
+
+// Stores the param_out copies and the states of the two vectors a (at i) and b (at i + lanes).
+template <OptimizerKind K, int O, StateDType S, bool kNaN>
+HWY_INLINE void StoreRounded(const Hoisted& k, const Arrays& p, size_t i, const Vectors& a,
+                             const Vectors& b, VU hash_a, VU hash_b) {
+  const DU du;
+  namespace srv = sr::HWY_NAMESPACE;
+  if constexpr (O != kParamNone) StoreParams<O, kNaN>(a.w, b.w, p.out, i);
+  if (k.writes_s0) {
+    StoreStates<S, kNaN>(a.s0, b.s0, p.s0_out, i, srv::SrBitsV(du, hash_a, 0),
+                         srv::SrBitsV(du, hash_b, 0));
+  }
+  if constexpr (NumKernelStates<K>() == 2) {
+    StoreStates<S, kNaN>(a.s1, b.s1, p.s1_out, i, srv::SrBitsV(du, hash_a, 1),
+                         srv::SrBitsV(du, hash_b, 1));
+  }
+}
+
 // Updates the two vectors of elements at i and i + lanes (`index`: element i's low 32 index
 // bits). Two at a time, so 16-bit results are packed with one permute (StoreUpperHalves). The
 // two are named values, not an array: GCC kept an array of them on the stack.
@@ -346,7 +389,6 @@ HWY_INLINE void Body2(const Hoisted& k, const Arrays& p, size_t i, uint32_t inde
   Update<K>(k, b);
   hn::StoreU(a.w, df, p.master + i);
   hn::StoreU(b.w, df, p.master + i + lanes);
-  if constexpr (O != kParamNone) StoreParams<O>(a.w, b.w, p.out, i);
   // bf16 states: one hash per element, its high half rounds state 0 and its low half state 1
   // ([Note: stochastic rounding bits]).
   namespace srv = sr::HWY_NAMESPACE;
@@ -356,13 +398,10 @@ HWY_INLINE void Body2(const Hoisted& k, const Arrays& p, size_t i, uint32_t inde
     hash_a = srv::SrHashV(du, idx, k.sr_k1, k.sr_k2);
     hash_b = srv::SrHashV(du, hn::Add(idx, hn::Set(du, uint32_t(lanes))), k.sr_k1, k.sr_k2);
   }
-  if (k.writes_s0) {
-    StoreStates<S>(a.s0, b.s0, p.s0_out, i, srv::SrBitsV(du, hash_a, 0),
-                   srv::SrBitsV(du, hash_b, 0));
-  }
-  if constexpr (NumKernelStates<K>() == 2) {
-    StoreStates<S>(a.s1, b.s1, p.s1_out, i, srv::SrBitsV(du, hash_a, 1),
-                   srv::SrBitsV(du, hash_b, 1));
+  if (HWY_LIKELY(!MayBeNaN<K>(a, b))) {
+    StoreRounded<K, O, S, false>(k, p, i, a, b, hash_a, hash_b);
+  } else {
+    StoreRounded<K, O, S, true>(k, p, i, a, b, hash_a, hash_b);
   }
 }
 

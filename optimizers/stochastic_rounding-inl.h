@@ -54,6 +54,13 @@ HWY_INLINE hn::Vec<DU> RoundToBF16Upper(DU du, hn::Vec<DU> u, hn::Vec<DU> r) {
   return hn::IfThenElse(is_nan, hn::Or(u, hn::Set(du, 0x00400000u)), hn::Add(u, r));
 }
 
+// RoundToBF16Upper for lanes known not to be NaN (inf allowed): the same bits without the
+// select.
+template <class DU>
+HWY_INLINE hn::Vec<DU> RoundNonNaNToBF16Upper(DU /*du*/, hn::Vec<DU> u, hn::Vec<DU> r) {
+  return hn::Add(u, r);
+}
+
 // The same bf16 bits in the low half of each lane (each lane <= 0xffff).
 template <class DU>
 HWY_INLINE hn::Vec<DU> RoundToBF16Bits(DU du, hn::Vec<DU> u, hn::Vec<DU> r) {

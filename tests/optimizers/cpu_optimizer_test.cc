@@ -830,5 +830,75 @@ TEST(CpuOptimizerTest, FusedBf16StatesKeepNaNPayloads) {
   hwy::SetSupportedTargetsForTest(0);
 }
 
+// [Note: NaN-free stores]: the bf16 roundings skip their NaN select when the new weights (and
+// Lion's momentum) hold no NaN. Wherever a NaN arises (from the master, the gradient or either
+// state), the bf16 states and param_out must hold NaN exactly where an fp32-state step of the
+// same values does, for every kind and target.
+TEST(CpuOptimizerTest, Bf16RoundingKeepsNaNWhereverItArises) {
+  const int64_t n = 97;
+  const float nan = std::bit_cast<float>(0xffffffffu);  // all-ones payload: the hardest case
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    CpuOptimizer opt(1);
+    for (const KindCase& k : kKinds) {
+      const int states = StatesOf(k);
+      if (states == 0) continue;
+      SCOPED_TRACE(fmt::format("{} on {}", k.name, CpuOptimizer::SimdTarget()));
+      const OptimizerHyper h = MakeHyper(k, 2);
+      std::vector<float> master(n), grad(n), state_f32[2];
+      std::vector<uint16_t> state_bf16[2];
+      for (int64_t i = 0; i < n; ++i) {
+        master[i] = i % 7 == 3 ? nan : 0.5f - 0.01f * float(i % 9);
+        grad[i] = i % 11 == 5 ? nan : 1e-3f * float(i - 40);
+      }
+      for (int s = 0; s < states; ++s) {
+        state_bf16[s].resize(n);
+        state_f32[s].resize(n);
+        for (int64_t i = 0; i < n; ++i) {
+          // bf16-exact values (so both runs start equal), positive for second moments.
+          const uint16_t code = i % 13 == 2 + s ? 0xffff : uint16_t(0x3a83 + (i % 5) * 0x40);
+          state_bf16[s][i] = code;
+          state_f32[s][i] = std::bit_cast<float>(uint32_t(code) << 16);
+        }
+      }
+      auto run = [&](StateDType sd, std::vector<float>& w, void* s0, void* s1,
+                     std::vector<uint16_t>& out) {
+        const std::vector<ShardSegment> segments = {{0, n, 0.01f}};
+        ShardStep st;
+        st.n = n;
+        st.master = w.data();
+        st.state[0] = s0;
+        st.state[1] = s1;
+        st.state_dtype = sd;
+        st.grad = grad.data();
+        st.param_out = out.data();
+        st.param_dtype = DType::kBF16;
+        st.segments = segments;
+        st.seed = 4;
+        opt.Step(h, st);
+      };
+      std::vector<float> w32 = master, w16 = master;
+      std::vector<uint16_t> out32(n), out16(n);
+      run(StateDType::kF32, w32, state_f32[0].data(), states > 1 ? state_f32[1].data() : nullptr,
+          out32);
+      run(StateDType::kBF16, w16, state_bf16[0].data(),
+          states > 1 ? state_bf16[1].data() : nullptr, out16);
+      int64_t nans = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        auto bf16_nan = [](uint16_t b) { return (b & 0x7fff) > 0x7f80; };
+        EXPECT_EQ(bf16_nan(out16[i]), std::isnan(w32[i])) << "param_out " << i;
+        EXPECT_EQ(bf16_nan(out32[i]), std::isnan(w32[i])) << "fp32-state param_out " << i;
+        for (int s = 0; s < states; ++s) {
+          EXPECT_EQ(bf16_nan(state_bf16[s][i]), std::isnan(state_f32[s][i]))
+              << "state " << s << " element " << i;
+          nans += std::isnan(state_f32[s][i]);
+        }
+      }
+      EXPECT_GT(nans, 0) << "no NaN reached a state: the test checks nothing";
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
 }  // namespace
 }  // namespace zs
