@@ -59,6 +59,19 @@ HWY_INLINE size_t MaxAbsLanes(DF df, const float* src, size_t count, float* max_
 // saturating packs (exact on this range) work within 128-bit blocks, so after them dword
 // 4 * j + v holds block j of input v; one lane permute puts the dwords in order (none is needed
 // with one block). Four shuffles per four vectors, where TruncateTo takes three per vector.
+// round-to-nearest-even(y) for |y| < 2^31 under the default rounding mode (cvtps2dq: one
+// operation where the portable path adds and subtracts 1.5 * 2^23).
+template <class DF>
+HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> RoundToInt(DF /*df*/, hn::Vec<DF> y) {
+#if HWY_TARGET == HWY_SSE4
+  return {_mm_cvtps_epi32(y.raw)};
+#elif HWY_TARGET == HWY_AVX2
+  return {_mm256_cvtps_epi32(y.raw)};
+#else
+  return {_mm512_cvtps_epi32(y.raw)};
+#endif
+}
+
 template <class DI>
 HWY_INLINE hn::Vec<hn::Repartition<int8_t, DI>> PackFour(DI /*di*/, hn::Vec<DI> a, hn::Vec<DI> b,
                                                          hn::Vec<DI> c, hn::Vec<DI> d) {
@@ -80,8 +93,9 @@ HWY_INLINE hn::Vec<hn::Repartition<int8_t, DI>> PackFour(DI /*di*/, hn::Vec<DI> 
 // code = round-to-nearest-even(x * inv) ([Note: int8 quantization]). |x| <= max|x| of the block
 // and inv = fl(127 / max), so |x * inv| <= 127 * (1 + 2^-24)^2 < 127.5: no clamp is needed.
 // Adding 1.5 * 2^23 rounds to an integer (ties to even, as the FPU rounds), which then sits
-// in the low mantissa bits: the low byte of the float's bits is the two's-complement code, and
-// the bits less those of 1.5 * 2^23 are the code as an int32.
+// in the low mantissa bits: the low byte of the float's bits is the two's-complement code. On
+// x86 whole groups of four vectors convert with cvtps2dq instead, which rounds the same way in
+// the default rounding mode (the mode std::nearbyint in the tests' reference follows).
 template <class DF>
 HWY_INLINE size_t QuantizeByReciprocal(DF df, const float* src, size_t count, float inv,
                                        int8_t* out) {
@@ -95,11 +109,7 @@ HWY_INLINE size_t QuantizeByReciprocal(DF df, const float* src, size_t count, fl
   if constexpr (hn::MaxLanes(df) * sizeof(float) == HWY_MAX_BYTES) {  // full vectors only
     const hn::RebindToSigned<DF> di;
     const hn::Repartition<int8_t, DF> di8;
-    const auto magic_bits = hn::Set(di, 0x4b400000);
-    auto code = [&](size_t at) {
-      const auto rounded = hn::Add(hn::Mul(hn::LoadU(df, src + at), vinv), magic);
-      return hn::Sub(hn::BitCast(di, rounded), magic_bits);
-    };
+    auto code = [&](size_t at) { return RoundToInt(df, hn::Mul(hn::LoadU(df, src + at), vinv)); };
     for (; i + 4 * lanes <= count; i += 4 * lanes) {
       hn::StoreU(PackFour(di, code(i), code(i + lanes), code(i + 2 * lanes), code(i + 3 * lanes)),
                  di8, out + i);
