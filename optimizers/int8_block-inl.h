@@ -143,15 +143,13 @@ HWY_INLINE size_t QuantizeByDivision(DF df, const float* src, size_t count, floa
   return i;
 }
 
-// Encodes one block of `count` (<= kQuantBlock) values: its scale into *scale and its codes
-// into codes[0, count). Whole vectors first, then the rest one lane at a time through the same
-// ops, so a value's code never depends on its position in the block.
-HWY_INLINE void EncodeInt8Block(const float* block, size_t count, int8_t* codes, float* scale) {
+// Encodes one block of `count` (<= kQuantBlock) values whose max |value| is max_abs: its scale
+// into *scale and its codes into codes[0, count). Whole vectors first, then the rest one lane at
+// a time through the same ops, so a value's code never depends on its position in the block.
+HWY_INLINE void EncodeInt8BlockWithMax(const float* block, size_t count, float max_abs,
+                                       int8_t* codes, float* scale) {
   const hn::ScalableTag<float> df;
   const hn::CappedTag<float, 1> d1;
-  float max_abs = 0.0f;
-  size_t done = MaxAbsLanes(df, block, count, &max_abs);
-  MaxAbsLanes(d1, block + done, count - done, &max_abs);
   const float s = max_abs / 127.0f;
   *scale = s;
   if (s == 0.0f) {  // all zeros (or only values so small that max/127 underflows)
@@ -160,6 +158,7 @@ HWY_INLINE void EncodeInt8Block(const float* block, size_t count, int8_t* codes,
   }
   // One division per block, a multiplication per element ([Note: int8 quantization]).
   const float inv = 127.0f / max_abs;
+  size_t done;
   if (inv <= 3.0e38f) {
     done = QuantizeByReciprocal(df, block, count, inv, codes);
     QuantizeByReciprocal(d1, block + done, count - done, inv, codes + done);
@@ -167,6 +166,16 @@ HWY_INLINE void EncodeInt8Block(const float* block, size_t count, int8_t* codes,
     done = QuantizeByDivision(df, block, count, s, codes);
     QuantizeByDivision(d1, block + done, count - done, s, codes + done);
   }
+}
+
+// The same, finding the max first.
+HWY_INLINE void EncodeInt8Block(const float* block, size_t count, int8_t* codes, float* scale) {
+  const hn::ScalableTag<float> df;
+  const hn::CappedTag<float, 1> d1;
+  float max_abs = 0.0f;
+  const size_t done = MaxAbsLanes(df, block, count, &max_abs);
+  MaxAbsLanes(d1, block + done, count - done, &max_abs);
+  EncodeInt8BlockWithMax(block, count, max_abs, codes, scale);
 }
 
 }  // namespace HWY_NAMESPACE

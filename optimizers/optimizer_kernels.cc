@@ -378,8 +378,14 @@ HWY_INLINE void StoreRounded(const Hoisted& k, const Arrays& p, size_t i, const 
 // Updates the two vectors of elements at i and i + lanes (`index`: element i's low 32 index
 // bits). Two at a time, so 16-bit results are packed with one permute (StoreUpperHalves). The
 // two are named values, not an array: GCC kept an array of them on the stack.
+// int8 states: the running max |new value| of each state over the current block's whole steps.
+struct StateMax {
+  VF m0, m1;
+};
+
 template <OptimizerKind K, DType G, int O, StateDType S>
-HWY_INLINE void Body2(const Hoisted& k, const Arrays& p, size_t i, uint32_t index) {
+HWY_INLINE void Body2(const Hoisted& k, const Arrays& p, size_t i, uint32_t index,
+                      StateMax& max) {
   const DF df;
   const DU du;
   const size_t lanes = hn::Lanes(df);
@@ -387,6 +393,12 @@ HWY_INLINE void Body2(const Hoisted& k, const Arrays& p, size_t i, uint32_t inde
   Vectors b = LoadVectors<K, G, S>(k, p.master, p.s0_in, p.s1_in, p.grad, i + lanes);
   Update<K>(k, a);
   Update<K>(k, b);
+  if constexpr (S == StateDType::kInt8) {
+    if (k.writes_s0) max.m0 = hn::Max(max.m0, hn::Max(hn::Abs(a.s0), hn::Abs(b.s0)));
+    if constexpr (NumKernelStates<K>() == 2) {
+      max.m1 = hn::Max(max.m1, hn::Max(hn::Abs(a.s1), hn::Abs(b.s1)));
+    }
+  }
   hn::StoreU(a.w, df, p.master + i);
   hn::StoreU(b.w, df, p.master + i + lanes);
   // bf16 states: one hash per element, its high half rounds state 0 and its low half state 1
@@ -413,16 +425,18 @@ uint8_t* At(void* p, size_t bytes) {
 }
 
 // Runs elements [0, n) of `p` through Body2: whole steps of two vectors, then the remainder
-// through the same body on a padded copy ([Note: identical tails]).
+// through the same body on a padded copy ([Note: identical tails]). Returns the number of
+// elements done in whole steps, the ones `max` covers (int8 states).
 template <OptimizerKind K, DType G, int O, StateDType S>
-HWY_INLINE void Steps(const Hoisted& k, const Arrays& p, size_t n, uint32_t index_lo) {
+HWY_INLINE size_t Steps(const Hoisted& k, const Arrays& p, size_t n, uint32_t index_lo,
+                        StateMax& max) {
   const DF df;
   const size_t step = 2 * hn::Lanes(df);
   size_t i = 0;
   for (; i + step <= n; i += step) {
-    Body2<K, G, O, S>(k, p, i, index_lo + static_cast<uint32_t>(i));
+    Body2<K, G, O, S>(k, p, i, index_lo + static_cast<uint32_t>(i), max);
   }
-  if (i == n) return;
+  if (i == n) return i;
   constexpr size_t kMaxLanes = 2 * HWY_MAX_BYTES / sizeof(float);
   HWY_ALIGN float master[kMaxLanes] = {};
   HWY_ALIGN uint8_t s_in[2][kMaxLanes * sizeof(float)] = {};
@@ -440,7 +454,8 @@ HWY_INLINE void Steps(const Hoisted& k, const Arrays& p, size_t n, uint32_t inde
   }
   std::memcpy(grad, At(p.grad, i * grad_size), count * grad_size);
   const Arrays padded{master, s_in[0], s_in[1], s_out[0], s_out[1], grad, out};
-  Body2<K, G, O, S>(k, padded, 0, index_lo + static_cast<uint32_t>(i));
+  StateMax padded_max = max;  // the padding's lanes must not count
+  Body2<K, G, O, S>(k, padded, 0, index_lo + static_cast<uint32_t>(i), padded_max);
   std::memcpy(p.master + i, master, count * sizeof(float));
   for (int s = 0; s < 2; ++s) {
     if (dst[s] != nullptr) std::memcpy(At(dst[s], i * out_size), s_out[s], count * out_size);
@@ -449,6 +464,7 @@ HWY_INLINE void Steps(const Hoisted& k, const Arrays& p, size_t n, uint32_t inde
     const size_t param_size = DTypeSize(static_cast<DType>(O));
     std::memcpy(At(p.out, i * param_size), out, count * param_size);
   }
+  return i;
 }
 
 // fp32 states in place and bf16 states in registers ([Note: fused bf16 states]).
@@ -457,7 +473,8 @@ HWY_NOINLINE void Loop(const KernelConstants& c, const KernelRange& r) {
   const Hoisted k = MakeHoisted<K, S>(c, r);
   // The pointers are copied out of `r` for the same reason as Hoisted: stores may alias `r`.
   const Arrays p{r.master, r.state0, r.state1, r.state0, r.state1, r.grad, r.param_out};
-  Steps<K, G, O, S>(k, p, static_cast<size_t>(r.n), r.index_lo);
+  StateMax unused;
+  Steps<K, G, O, S>(k, p, static_cast<size_t>(r.n), r.index_lo, unused);
 }
 
 // [Note: fused int8 states] int8 states are decoded in the loads (one scale per block of
@@ -496,10 +513,22 @@ HWY_NOINLINE void LoopInt8(const KernelConstants& c, const KernelRange& r) {
                    kStates == 2 ? block1 : nullptr,
                    At(grad, b * grad_size),
                    At(param_out, b * param_size)};
-    Steps<K, G, O, StateDType::kInt8>(k, p, count, 0);
+    // The block max of each state: from registers over the whole steps, then from the buffer
+    // over the rest (max is exact, so the grouping does not matter).
+    StateMax max{hn::Zero(df), hn::Zero(df)};
+    const size_t done = Steps<K, G, O, StateDType::kInt8>(k, p, count, 0, max);
     namespace q8 = int8q::HWY_NAMESPACE;
-    if (k.writes_s0) q8::EncodeInt8Block(block0, count, codes0 + b, scales0 + q);
-    if constexpr (kStates == 2) q8::EncodeInt8Block(block1, count, codes1 + b, scales1 + q);
+    const hn::CappedTag<float, 1> d1;
+    if (k.writes_s0) {
+      float max_abs = hn::GetLane(hn::MaxOfLanes(df, max.m0));
+      q8::MaxAbsLanes(d1, block0 + done, count - done, &max_abs);
+      q8::EncodeInt8BlockWithMax(block0, count, max_abs, codes0 + b, scales0 + q);
+    }
+    if constexpr (kStates == 2) {
+      float max_abs = hn::GetLane(hn::MaxOfLanes(df, max.m1));
+      q8::MaxAbsLanes(d1, block1 + done, count - done, &max_abs);
+      q8::EncodeInt8BlockWithMax(block1, count, max_abs, codes1 + b, scales1 + q);
+    }
   }
 }
 
