@@ -32,22 +32,45 @@ HWY_INLINE hn::Vec<DF> DecodeInt8V(DF df, const int8_t* codes, hn::Vec<DF> scale
   return hn::Mul(hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(di8, codes))), scale);
 }
 
-// max(*max_abs, |src[i]|) over the whole vectors of `count`; returns the number done.
+// max(m, |x|) on the bits of |x| as int32. For values without their sign bit the integer order
+// is the float order, with every NaN above inf, so the max is associative even with NaN (a
+// block with a NaN has a NaN max whatever the grouping; float max on x86 returns an operand
+// that depends on the order) and takes one operation, as the float max does.
+template <class DF>
+HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> MaxAbsBits(DF df, hn::Vec<hn::RebindToSigned<DF>> m,
+                                                      hn::Vec<DF> x) {
+  const hn::RebindToSigned<DF> di;
+  (void)df;
+  return hn::Max(m, hn::BitCast(di, hn::Abs(x)));
+}
+
+// The float whose bits are the largest lane of m (lanes are |x| bits).
+template <class DF>
+HWY_INLINE float MaxAbsOfLanes(DF /*df*/, hn::Vec<hn::RebindToSigned<DF>> m) {
+  const hn::RebindToSigned<DF> di;
+  const int32_t bits = hn::GetLane(hn::MaxOfLanes(di, m));
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// max(*max_abs, |src[i]|) over the whole vectors of `count` (*max_abs >= 0 on entry); returns
+// the number done.
 template <class DF>
 HWY_INLINE size_t MaxAbsLanes(DF df, const float* src, size_t count, float* max_abs) {
+  const hn::RebindToSigned<DF> di;
   const size_t lanes = hn::Lanes(df);
-  // Four accumulators: one vmaxps chain would be latency-bound. Max is exact, so the grouping
-  // does not change the result.
-  auto m0 = hn::Set(df, *max_abs), m1 = m0, m2 = m0, m3 = m0;
+  // Four accumulators: one max chain would be latency-bound.
+  auto m0 = hn::BitCast(di, hn::Set(df, *max_abs)), m1 = m0, m2 = m0, m3 = m0;
   size_t i = 0;
   for (; i + 4 * lanes <= count; i += 4 * lanes) {
-    m0 = hn::Max(m0, hn::Abs(hn::LoadU(df, src + i)));
-    m1 = hn::Max(m1, hn::Abs(hn::LoadU(df, src + i + lanes)));
-    m2 = hn::Max(m2, hn::Abs(hn::LoadU(df, src + i + 2 * lanes)));
-    m3 = hn::Max(m3, hn::Abs(hn::LoadU(df, src + i + 3 * lanes)));
+    m0 = MaxAbsBits(df, m0, hn::LoadU(df, src + i));
+    m1 = MaxAbsBits(df, m1, hn::LoadU(df, src + i + lanes));
+    m2 = MaxAbsBits(df, m2, hn::LoadU(df, src + i + 2 * lanes));
+    m3 = MaxAbsBits(df, m3, hn::LoadU(df, src + i + 3 * lanes));
   }
-  for (; i + lanes <= count; i += lanes) m0 = hn::Max(m0, hn::Abs(hn::LoadU(df, src + i)));
-  *max_abs = hn::GetLane(hn::MaxOfLanes(df, hn::Max(hn::Max(m0, m1), hn::Max(m2, m3))));
+  for (; i + lanes <= count; i += lanes) m0 = MaxAbsBits(df, m0, hn::LoadU(df, src + i));
+  *max_abs = MaxAbsOfLanes(df, hn::Max(hn::Max(m0, m1), hn::Max(m2, m3)));
   return i;
 }
 
@@ -156,10 +179,12 @@ HWY_INLINE void EncodeInt8BlockWithMax(const float* block, size_t count, float m
     std::memset(codes, 0, count);
     return;
   }
-  // One division per block, a multiplication per element ([Note: int8 quantization]).
+  // One division per block, a multiplication per element ([Note: int8 quantization]). A block
+  // with inf or NaN (max_abs not finite) takes the division too: x * 0 or x * NaN would make
+  // NaN codes, which the x86 and portable conversions turn into different integers.
   const float inv = 127.0f / max_abs;
   size_t done;
-  if (inv <= 3.0e38f) {
+  if (inv <= 3.0e38f && max_abs <= 3.4028235e38f) {
     done = QuantizeByReciprocal(df, block, count, inv, codes);
     QuantizeByReciprocal(d1, block + done, count - done, inv, codes + done);
   } else {

@@ -378,9 +378,10 @@ HWY_INLINE void StoreRounded(const Hoisted& k, const Arrays& p, size_t i, const 
 // Updates the two vectors of elements at i and i + lanes (`index`: element i's low 32 index
 // bits). Two at a time, so 16-bit results are packed with one permute (StoreUpperHalves). The
 // two are named values, not an array: GCC kept an array of them on the stack.
-// int8 states: the running max |new value| of each state over the current block's whole steps.
+// int8 states: the running max |new value| of each state over the current block's whole steps,
+// as int32 bits (int8q::MaxAbsBits: associative even with NaN).
 struct StateMax {
-  VF m0, m1;
+  hn::Vec<DI> m0, m1;
 };
 
 template <OptimizerKind K, DType G, int O, StateDType S>
@@ -394,9 +395,10 @@ HWY_INLINE void Body2(const Hoisted& k, const Arrays& p, size_t i, uint32_t inde
   Update<K>(k, a);
   Update<K>(k, b);
   if constexpr (S == StateDType::kInt8) {
-    if (k.writes_s0) max.m0 = hn::Max(max.m0, hn::Max(hn::Abs(a.s0), hn::Abs(b.s0)));
+    namespace q8 = int8q::HWY_NAMESPACE;
+    if (k.writes_s0) max.m0 = q8::MaxAbsBits(df, q8::MaxAbsBits(df, max.m0, a.s0), b.s0);
     if constexpr (NumKernelStates<K>() == 2) {
-      max.m1 = hn::Max(max.m1, hn::Max(hn::Abs(a.s1), hn::Abs(b.s1)));
+      max.m1 = q8::MaxAbsBits(df, q8::MaxAbsBits(df, max.m1, a.s1), b.s1);
     }
   }
   hn::StoreU(a.w, df, p.master + i);
@@ -514,18 +516,19 @@ HWY_NOINLINE void LoopInt8(const KernelConstants& c, const KernelRange& r) {
                    At(grad, b * grad_size),
                    At(param_out, b * param_size)};
     // The block max of each state: from registers over the whole steps, then from the buffer
-    // over the rest (max is exact, so the grouping does not matter).
-    StateMax max{hn::Zero(df), hn::Zero(df)};
+    // over the rest (an associative max, so the grouping does not matter).
+    const DI di;
+    StateMax max{hn::Zero(di), hn::Zero(di)};
     const size_t done = Steps<K, G, O, StateDType::kInt8>(k, p, count, 0, max);
     namespace q8 = int8q::HWY_NAMESPACE;
     const hn::CappedTag<float, 1> d1;
     if (k.writes_s0) {
-      float max_abs = hn::GetLane(hn::MaxOfLanes(df, max.m0));
+      float max_abs = q8::MaxAbsOfLanes(df, max.m0);
       q8::MaxAbsLanes(d1, block0 + done, count - done, &max_abs);
       q8::EncodeInt8BlockWithMax(block0, count, max_abs, codes0 + b, scales0 + q);
     }
     if constexpr (kStates == 2) {
-      float max_abs = hn::GetLane(hn::MaxOfLanes(df, max.m1));
+      float max_abs = q8::MaxAbsOfLanes(df, max.m1);
       q8::MaxAbsLanes(d1, block1 + done, count - done, &max_abs);
       q8::EncodeInt8BlockWithMax(block1, count, max_abs, codes1 + b, scales1 + q);
     }

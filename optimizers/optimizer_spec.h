@@ -25,8 +25,8 @@
 //   computed once per block (float): one division per block instead of one per element (a
 //   vector division costs as much as the rest of the encoding). |x * inv| < 127.5, so codes
 //   stay in [-127, 127] unclamped. It can differ from round(x / scale) only for x within an
-//   ulp of a tie, where either code is as near. Blocks so small that inv overflows use
-//   x / scale, clamped.
+//   ulp of a tie, where either code is as near. Blocks so small that inv overflows, and
+//   blocks holding inf or NaN, use x / scale, clamped.
 //   Checkpoints and offload move these arrays as they are; NumStates/StateBytes say how many
 //   bytes each holds.
 // - [Note: bit-identical splits] Every element's update depends only on that element's inputs,

@@ -22,10 +22,11 @@
 //   Encoding computes scale = max|x| / 127 per block (0 for an all-zero block, and for a block
 //   so small that the division underflows: its codes are then 0) and code =
 //   round-to-nearest-even(x * inv) clamped to [-127, 127], where inv = 127 / max|x| is computed
-//   once per block (x / scale instead when inv would not be finite) ([Note: int8
+//   once per block (x / scale instead when inv or max|x| is not finite) ([Note: int8
 //   quantization]); decoding is code * scale. `scales` points at the scale of block offset /
-//   kQuantBlock. Non-finite values in an int8 state give unspecified codes (no undefined
-//   behaviour).
+//   kQuantBlock. A block holding inf or NaN gets a non-finite scale and codes
+//   that decode to no useful value (no undefined behaviour), the same on every split and path
+//   (the block max is taken on the integer bits of |x|, where NaN orders above inf).
 // - Pure functions of their arguments; thread-safe; no allocation. kF32 allows codes == src
 //   (dst == codes); the other types need non-overlapping arrays.
 #pragma once

@@ -429,6 +429,37 @@ TEST(StateCodecInt8Test, TiesRoundToEvenAndClamp) {
   EXPECT_EQ(codes, (std::vector<int8_t>{127, 0, 2, 2, 0, -2, -2, 126, -127, 3}));
 }
 
+// A block holding inf or NaN gets a non-finite scale; its codes are of no use, but each must
+// depend only on its value, not on where it sits (vector groups, single vectors or the
+// one-lane tail), and stay in [-127, 127].
+TEST(StateCodecInt8Test, NonFiniteBlocksGiveCodesIndependentOfPosition) {
+  ForEachTarget([] {
+    for (float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                      std::numeric_limits<float>::quiet_NaN()}) {
+      SCOPED_TRACE(bad);
+      const size_t n = 201;  // whole groups of four vectors, single vectors and a tail
+      std::vector<float> x(n);
+      for (size_t i = 0; i < n; ++i) x[i] = 0.01f * (float(i % 23) - 11.0f);
+      x[37] = bad;
+      std::vector<int8_t> base(n);
+      float base_scale = 0.0f;
+      EncodeState(StateDType::kInt8, x.data(), 0, int64_t(n), base.data(), &base_scale, 0, 1, 0);
+      EXPECT_FALSE(std::isfinite(base_scale));
+      for (size_t shift : {1u, 5u, 8u, 33u, 170u}) {
+        std::vector<float> y(n);
+        for (size_t i = 0; i < n; ++i) y[(i + shift) % n] = x[i];
+        std::vector<int8_t> codes(n);
+        float scale = 0.0f;
+        EncodeState(StateDType::kInt8, y.data(), 0, int64_t(n), codes.data(), &scale, 0, 1, 0);
+        for (size_t i = 0; i < n; ++i) {
+          ASSERT_EQ(codes[(i + shift) % n], base[i]) << "value " << x[i] << " moved by " << shift;
+          ASSERT_GE(codes[i], -127);
+        }
+      }
+    }
+  });
+}
+
 TEST(StateCodecInt8Test, AllZeroBlocks) {
   std::vector<float> x(600, 0.0f);
   x[17] = -0.0f;
