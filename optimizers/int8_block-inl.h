@@ -147,7 +147,8 @@ HWY_INLINE size_t QuantizeByReciprocal(DF df, const float* src, size_t count, fl
   return i;
 }
 
-// code = round-to-nearest-even(x / scale) clamped: blocks so small that 127 / max overflows.
+// code = round-to-nearest-even(x / scale) clamped: blocks so small that 127 / max overflows,
+// and blocks holding inf or NaN.
 template <class DF>
 HWY_INLINE size_t QuantizeByDivision(DF df, const float* src, size_t count, float scale,
                                      int8_t* out) {
