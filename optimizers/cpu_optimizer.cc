@@ -210,12 +210,16 @@ void CpuOptimizer::Step(const OptimizerHyper& hyper, const ShardStep& shard) {
     bool as_root = false;                  // int8 scratch ([Note: int8 second moments])
   };
 
+  // The first segment that ends after `pos` (it holds element pos).
+  auto segment_of = [&](int64_t pos) {
+    return std::upper_bound(segments.begin(), segments.end(), pos,
+                            [](int64_t p, const ShardSegment& s) { return p < s.end; });
+  };
+
   // Runs the kernel over [begin, end), split at segment boundaries.
   auto run_pieces = [&](int64_t begin, int64_t end, const RunStates& states) {
     const size_t state_size = StateCodeBytes(states.dtype);
-    // The first segment that ends after `begin`.
-    auto seg = std::upper_bound(segments.begin(), segments.end(), begin,
-                                [](int64_t pos, const ShardSegment& s) { return pos < s.end; });
+    auto seg = segment_of(begin);
     for (int64_t pos = begin; pos < end; ++seg) {
       const int64_t piece_end = std::min(end, seg->end);
       if (piece_end <= pos) continue;  // empty segment
@@ -252,11 +256,7 @@ void CpuOptimizer::Step(const OptimizerHyper& hyper, const ShardStep& shard) {
   };
 
   // True when [begin, end) lies in one weight-decay segment.
-  auto in_one_segment = [&](int64_t begin, int64_t end) {
-    auto seg = std::upper_bound(segments.begin(), segments.end(), begin,
-                                [](int64_t pos, const ShardSegment& s) { return pos < s.end; });
-    return seg->end >= end;
-  };
+  auto in_one_segment = [&](int64_t begin, int64_t end) { return segment_of(begin)->end >= end; };
 
   auto run_tile = [&](int64_t tile, int participant) {
     const int64_t tile_end = std::min(shard.n, (tile + 1) * kTileElements);
