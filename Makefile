@@ -2,7 +2,8 @@
 #   make demo   installs what is missing, builds, and trains a character-level GPT with ZeRO-3
 #               on 4 ranks (threads, then processes over libfabric under zerorun)
 #   make test   installs what is missing, builds, and runs the whole suite: a release build,
-#               the same suite under AddressSanitizer+UBSan, and the comm tests under TSan
+#               the same suite under AddressSanitizer+UBSan, the comm tests under TSan, and
+#               the optimizer kernels built for aarch64 and run under qemu (test-arm)
 # Other targets: build, bench, install (PREFIX=...), clean.
 BUILD      ?= build
 JOBS       ?= $(shell nproc)
@@ -11,7 +12,7 @@ CMAKE_ARGS ?=
 # Sanitizer builds skip CUDA (its runtime and the sanitizers do not mix) and the benchmarks.
 SAN_ARGS    = -DZS_WITH_CUDA=OFF -DZS_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug
 
-.PHONY: setup build demo test test-release test-asan test-tsan bench bench-plot install clean
+.PHONY: setup build demo test test-release test-asan test-tsan test-arm bench bench-plot install clean
 
 setup:
 	@scripts/setup.sh
@@ -29,8 +30,8 @@ demo: build
 	@echo "== train_gpt: ZeRO-3, 4 ranks as processes over libfabric, started by zerorun =="
 	$(BUILD)/bin/zerorun -n 4 --backend fabric -- $(BUILD)/bin/train_gpt --config $(DEMO_CONFIG) --steps 20 --print-every 5
 
-test: test-release test-asan test-tsan
-	@echo "zerostack: all test suites passed (release, asan+ubsan, tsan)"
+test: test-release test-asan test-tsan test-arm
+	@echo "zerostack: all test suites passed (release, asan+ubsan, tsan, aarch64 under qemu)"
 
 test-release: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
@@ -44,6 +45,18 @@ test-tsan: setup
 	cmake -S . -B $(BUILD)-tsan -DZS_SANITIZE=thread $(SAN_ARGS) $(CMAKE_ARGS)
 	cmake --build $(BUILD)-tsan -j $(JOBS) --target zs_tsan_tests
 	cd $(BUILD)-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j $(JOBS) -L tsan
+
+# The optimizer kernels, codecs and kernels' CPU references cross-built for aarch64 (NEON, and
+# SVE/SVE2 where a file compiles them) and run under qemu-aarch64 -cpu max, so every Arm target
+# is pinned in turn as on a real machine (cmake/aarch64-linux-gnu.cmake). Death tests are left
+# out: gtest re-executes the binary for them, and the host cannot exec an aarch64 binary.
+test-arm:
+	@scripts/setup.sh --arm
+	cmake -S . -B $(BUILD)-arm -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
+	  -DZS_KERNELS_ONLY=ON -DZS_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DZS_TEST_TIMEOUT_SCALE=10 $(CMAKE_ARGS)
+	cmake --build $(BUILD)-arm -j $(JOBS)
+	cd $(BUILD)-arm && GTEST_FILTER='-*DeathTest*' ctest --output-on-failure -j $(JOBS)
 
 bench: build
 	$(BUILD)/bin/bench_comm
@@ -59,4 +72,4 @@ install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan $(BUILD)-arm

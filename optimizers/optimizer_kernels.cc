@@ -217,6 +217,12 @@ HWY_INLINE void StoreStates(VF x0, VF x1, void* state, size_t i, VU r0, VU r1) {
 
 // ---- the update of one vector of elements ----------------------------------------------------
 
+// [Note: no implicit constructors] Structs of vectors are aggregate-initialized, never
+// default-constructed: GCC 12 compiles the implicit constructor of a struct in the
+// HWY_BEFORE_NAMESPACE region without the region's target attribute, and on Arm (Highway 1.0's
+// NEON target string) it then cannot inline Vec128's constructor into it, a build error.
+// `make test-arm` builds and runs this file for aarch64.
+
 // The constants of one range, broadcast once per Loop call and passed down to the body. Read
 // through `c` inside the loop they would be reloaded (and 1 - lr * wd recomputed) after every
 // store: the kernel stores through float pointers, which may alias KernelConstants' floats.
@@ -239,29 +245,31 @@ template <OptimizerKind K, StateDType S>
 HWY_INLINE Hoisted MakeHoisted(const KernelConstants& c, const KernelRange& r) {
   const DF df;
   const DU du;
-  Hoisted k;
-  k.beta1 = hn::Set(df, c.beta1);
-  k.one_minus_beta1 = hn::Set(df, c.one_minus_beta1);
-  k.beta2 = hn::Set(df, c.beta2);
-  k.one_minus_beta2 = hn::Set(df, c.one_minus_beta2);
-  k.eps = hn::Set(df, c.eps);
-  k.step_size = hn::Set(df, c.step_size);
-  k.inv_sqrt_bc2 = hn::Set(df, c.inv_sqrt_bc2);
-  k.lr = hn::Set(df, c.lr);
-  k.wd = hn::Set(df, r.weight_decay);
-  k.decay = hn::Set(df, 1.0f - c.lr * r.weight_decay);
-  k.grad_scale = hn::Set(df, r.grad_scale);
-  k.sr_k1 = hn::Set(du, r.sr_key.k1);
-  k.sr_k2 = hn::Set(du, r.sr_key.k2);
-  k.scale0 = k.scale1 = hn::Zero(df);
-  // int8 codes always hold the root ([Note: int8 second moments]); so does the int8 scratch.
-  k.as_root = S == StateDType::kInt8 || (S == StateDType::kF32 && r.second_moment_as_root);
-  k.reads_s0 = K != OptimizerKind::kSgd || (c.sgd_momentum && !c.sgd_first_step);
-  k.writes_s0 = K != OptimizerKind::kSgd || c.sgd_momentum;
-  k.sgd_momentum = c.sgd_momentum;
-  k.sgd_first_step = c.sgd_first_step;
-  k.nesterov = c.nesterov;
-  return k;
+  // Designated initializers, not member assignments: [Note: no implicit constructors].
+  return Hoisted{
+      .beta1 = hn::Set(df, c.beta1),
+      .one_minus_beta1 = hn::Set(df, c.one_minus_beta1),
+      .beta2 = hn::Set(df, c.beta2),
+      .one_minus_beta2 = hn::Set(df, c.one_minus_beta2),
+      .eps = hn::Set(df, c.eps),
+      .step_size = hn::Set(df, c.step_size),
+      .inv_sqrt_bc2 = hn::Set(df, c.inv_sqrt_bc2),
+      .lr = hn::Set(df, c.lr),
+      .wd = hn::Set(df, r.weight_decay),
+      .decay = hn::Set(df, 1.0f - c.lr * r.weight_decay),
+      .grad_scale = hn::Set(df, r.grad_scale),
+      .sr_k1 = hn::Set(du, r.sr_key.k1),
+      .sr_k2 = hn::Set(du, r.sr_key.k2),
+      .scale0 = hn::Zero(df),
+      .scale1 = hn::Zero(df),
+      // int8 codes always hold the root ([Note: int8 second moments]); so does the int8 scratch.
+      .as_root = S == StateDType::kInt8 || (S == StateDType::kF32 && r.second_moment_as_root),
+      .reads_s0 = K != OptimizerKind::kSgd || (c.sgd_momentum && !c.sgd_first_step),
+      .writes_s0 = K != OptimizerKind::kSgd || c.sgd_momentum,
+      .sgd_momentum = c.sgd_momentum,
+      .sgd_first_step = c.sgd_first_step,
+      .nesterov = c.nesterov,
+  };
 }
 
 // One vector's values: loaded into w, g (scaled), s0, s1; Update leaves the new master weights
@@ -274,12 +282,10 @@ template <OptimizerKind K, DType G, StateDType S>
 HWY_INLINE Vectors LoadVectors(const Hoisted& k, const float* master, const void* s0,
                                const void* s1, const void* grad, size_t at) {
   const DF df;
-  Vectors x;
-  x.w = hn::LoadU(df, master + at);
-  x.g = hn::Mul(LoadGrad<G>(grad, at), k.grad_scale);
-  x.s0 = k.reads_s0 ? LoadState<S>(s0, at, k.scale0) : hn::Zero(df);
-  x.s1 = NumKernelStates<K>() == 2 ? LoadState<S>(s1, at, k.scale1) : hn::Zero(df);
-  return x;
+  // Aggregate-initialized: see [Note: no implicit constructors].
+  return Vectors{hn::LoadU(df, master + at), hn::Mul(LoadGrad<G>(grad, at), k.grad_scale),
+                 k.reads_s0 ? LoadState<S>(s0, at, k.scale0) : hn::Zero(df),
+                 NumKernelStates<K>() == 2 ? LoadState<S>(s1, at, k.scale1) : hn::Zero(df)};
 }
 
 template <OptimizerKind K>
@@ -475,7 +481,8 @@ HWY_NOINLINE void Loop(const KernelConstants& c, const KernelRange& r) {
   const Hoisted k = MakeHoisted<K, S>(c, r);
   // The pointers are copied out of `r` for the same reason as Hoisted: stores may alias `r`.
   const Arrays p{r.master, r.state0, r.state1, r.state0, r.state1, r.grad, r.param_out};
-  StateMax unused;
+  const DI di;  // [Note: no implicit constructors]
+  StateMax unused{hn::Zero(di), hn::Zero(di)};
   Steps<K, G, O, S>(k, p, static_cast<size_t>(r.n), r.index_lo, unused);
 }
 

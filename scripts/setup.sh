@@ -1,7 +1,18 @@
 #!/usr/bin/env bash
 # Installs the Debian packages zerostack builds against, if any is missing.
 # Run as root (CI, containers) it installs them; otherwise it prints the command to run.
+#   scripts/setup.sh         the native build's packages
+#   scripts/setup.sh --arm   the aarch64 cross build's (make test-arm): Debian's arm64
+#                            architecture is added to dpkg, then the cross compiler, qemu-user
+#                            and the :arm64 libraries the optimizer kernels and their tests use
 set -euo pipefail
+
+arm=0
+case "${1:-}" in
+  "") ;;
+  --arm) arm=1 ;;
+  *) echo "zerostack setup: unknown option '$1' (expected none or --arm)" >&2; exit 2 ;;
+esac
 
 packages=(
   build-essential cmake pkg-config
@@ -11,6 +22,10 @@ packages=(
   libhwy-dev libopenblas-dev
   libgtest-dev libgmock-dev libbenchmark-dev
 )
+if [ "$arm" -eq 1 ]; then
+  packages=(cmake make g++-aarch64-linux-gnu qemu-user
+            libhwy-dev:arm64 libfmt-dev:arm64 libgtest-dev:arm64)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -24,6 +39,16 @@ if [ ${#missing[@]} -eq 0 ]; then
 fi
 
 echo "zerostack setup: installing ${missing[*]}"
+if [ "$arm" -eq 1 ] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  if [ "$(id -u)" -eq 0 ]; then
+    dpkg --add-architecture arm64
+  elif command -v sudo >/dev/null 2>&1; then
+    sudo dpkg --add-architecture arm64
+  else
+    echo "zerostack setup: not root; run: dpkg --add-architecture arm64" >&2
+    exit 1
+  fi
+fi
 if [ "$(id -u)" -eq 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq

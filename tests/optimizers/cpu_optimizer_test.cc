@@ -682,11 +682,8 @@ TEST(CpuOptimizerTest, ConversionsMatchScalarDtype) {
 }
 
 // AdamW and Adam keep the scalar engine reference's operation order, so they agree with it bit
-// for bit (where the compiler did not fuse the reference's multiply-adds).
+// for bit (both are compiled with -ffp-contract=off: optimizers/CMakeLists.txt).
 TEST(CpuOptimizerTest, AdamBitIdenticalToScalarEngineReference) {
-#if defined(__FMA__) || defined(__aarch64__)
-  GTEST_SKIP() << "adamw_reference.cc may be compiled with fused multiply-adds here";
-#endif
   CpuOptimizer opt(2);
   uint64_t seed = 7000;
   for (const KindCase& k : {kKinds[0], kKinds[1]}) {

@@ -1,0 +1,23 @@
+# Cross toolchain for aarch64 Linux (Debian's g++-aarch64-linux-gnu and the :arm64 -dev
+# packages, installed by `scripts/setup.sh --arm`). Binaries run under qemu-aarch64 user-mode
+# emulation, so ctest runs the tests as on an Arm machine: `make test-arm`.
+#
+# -cpu max gives the emulated CPU every extension QEMU implements (NEON, SVE, SVE2), so the
+# Highway tests that pin each supported target in turn cover all the Arm targets compiled.
+set(CMAKE_SYSTEM_NAME Linux)
+set(CMAKE_SYSTEM_PROCESSOR aarch64)
+set(CMAKE_C_COMPILER aarch64-linux-gnu-gcc)
+set(CMAKE_CXX_COMPILER aarch64-linux-gnu-g++)
+# Debian's multiarch layout: target libraries in /usr/lib/aarch64-linux-gnu, shared headers
+# in /usr/include. Programs (cmake's own helpers) come from the host.
+set(CMAKE_LIBRARY_ARCHITECTURE aarch64-linux-gnu)
+set(CMAKE_FIND_ROOT_PATH /usr/aarch64-linux-gnu)
+set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
+set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY BOTH)
+set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE BOTH)
+set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE BOTH)
+# -L /: the guest's loader and libc are those of Debian's libc6:arm64 (multiarch, pulled in by
+# the :arm64 -dev packages), not the cross toolchain's copy in /usr/aarch64-linux-gnu. The two
+# differ in their patch release, and that loader with that libc hangs in the first
+# pthread_create.
+set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64;-cpu;max;-L;/)
