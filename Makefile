@@ -47,16 +47,21 @@ test-tsan: setup
 	cd $(BUILD)-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j $(JOBS) -L tsan
 
 # The optimizer kernels, codecs and kernels' CPU references cross-built for aarch64 (NEON, and
-# SVE/SVE2 where a file compiles them) and run under qemu-aarch64 -cpu max, so every Arm target
-# is pinned in turn as on a real machine (cmake/aarch64-linux-gnu.cmake). Death tests are left
-# out: gtest re-executes the binary for them, and the host cannot exec an aarch64 binary.
+# SVE/SVE2 where a file compiles them) and run under qemu-aarch64, so every Arm target is pinned
+# in turn as on a real machine (cmake/aarch64-linux-gnu.cmake): once per SVE vector length, 512
+# bits (SVE, SVE2), 256 (SVE_256) and 128 (SVE2_128). Death tests are left out: gtest
+# re-executes the binary for them, and the host cannot exec an aarch64 binary.
+ARM_CPUS = max max,sve-default-vector-length=32 max,sve-default-vector-length=16
 test-arm:
 	@scripts/setup.sh --arm
 	cmake -S . -B $(BUILD)-arm -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
 	  -DZS_KERNELS_ONLY=ON -DZS_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DZS_TEST_TIMEOUT_SCALE=10 $(CMAKE_ARGS)
 	cmake --build $(BUILD)-arm -j $(JOBS)
-	cd $(BUILD)-arm && GTEST_FILTER='-*DeathTest*' ctest --output-on-failure -j $(JOBS)
+	cd $(BUILD)-arm && for cpu in $(ARM_CPUS); do \
+	  echo "== aarch64 under qemu, QEMU_CPU=$$cpu"; \
+	  QEMU_CPU=$$cpu GTEST_FILTER='-*DeathTest*' ctest --output-on-failure -j $(JOBS) || exit 1; \
+	done
 
 bench: build
 	$(BUILD)/bin/bench_comm
