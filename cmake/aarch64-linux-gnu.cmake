@@ -24,3 +24,6 @@ set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE BOTH)
 # differ in their patch release, and that loader with that libc hangs in the first
 # pthread_create.
 set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64;-L;/)
+# pkg-config (libfabric, OpenBLAS in a full build) must read the arm64 .pc files only.
+set(ENV{PKG_CONFIG_LIBDIR} /usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig)
+set(ENV{PKG_CONFIG_PATH} "")
