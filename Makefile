@@ -52,7 +52,12 @@ test-tsan: setup
 # bits (SVE, SVE2), 256 (SVE_256) and 128 (SVE2_128). Death tests are left out: gtest
 # re-executes the binary for them, and the host cannot exec an aarch64 binary.
 ARM_CPUS = max max,sve-default-vector-length=32 max,sve-default-vector-length=16
+# On an aarch64 host the release build has run these tests natively already.
+HOST_ARCH := $(shell uname -m)
 test-arm:
+ifeq ($(HOST_ARCH),aarch64)
+	@echo "test-arm: skipped on an aarch64 host (test-release ran the Arm targets natively)"
+else
 	@scripts/setup.sh --arm
 	cmake -S . -B $(BUILD)-arm -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
 	  -DZS_KERNELS_ONLY=ON -DZS_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -62,6 +67,7 @@ test-arm:
 	  echo "== aarch64 under qemu, QEMU_CPU=$$cpu"; \
 	  QEMU_CPU=$$cpu GTEST_FILTER='-*DeathTest*' ctest --output-on-failure -j $(JOBS) || exit 1; \
 	done
+endif
 
 bench: build
 	$(BUILD)/bin/bench_comm
