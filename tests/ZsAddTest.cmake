@@ -4,7 +4,10 @@
 # Tests labelled "tsan" also build under the zs_tsan_tests target (make test-tsan).
 # ZS_TEST_TIMEOUT_SCALE multiplies every timeout: emulated runs (make test-arm) are slower.
 # Included by tests/CMakeLists.txt and, for ZS_KERNELS_ONLY builds, by the top level.
-set(ZS_TEST_TIMEOUT_SCALE 1 CACHE STRING "Factor applied to every test's timeout")
+set(ZS_TEST_TIMEOUT_SCALE 1 CACHE STRING "Integer factor applied to every test's timeout")
+if(NOT ZS_TEST_TIMEOUT_SCALE MATCHES "^[1-9][0-9]*$")
+  message(FATAL_ERROR "ZS_TEST_TIMEOUT_SCALE='${ZS_TEST_TIMEOUT_SCALE}' is not a positive integer")
+endif()
 add_custom_target(zs_tsan_tests)
 function(zs_add_test name)
   cmake_parse_arguments(ARG "SERIAL" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
