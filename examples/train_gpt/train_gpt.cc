@@ -139,6 +139,7 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
         "ZeRO stage {}, {} ranks over '{}', compute {}, global batch {} x {} tokens\n",
         int64_t(psi), args.layers, args.hidden, args.heads, gpt_config.vocab, T, engine->stage(),
         world, comm.backend_name(), DTypeName(engine->compute_dtype()), split.global_batch(), T);
+    fmt::print("optimizer: {}\n", engine->optimizer_summary());
   }
 
   nlohmann::json steps_json = nlohmann::json::array();

@@ -724,6 +724,14 @@ double ZeroEngine::optimizer_bytes_per_param() const {
                    double(kMany);
 }
 
+std::string ZeroEngine::optimizer_summary() const {
+  const int64_t threads = impl_->config_.zerostack.optimizer_threads;
+  return fmt::format("{}, {} states, CPU kernels {} x {} thread{}",
+                     OptimizerKindName(impl_->Hyper(0.0).kind),
+                     StateDTypeName(impl_->state_dtype()), CpuOptimizer::SimdTarget(), threads,
+                     threads == 1 ? "" : "s");
+}
+
 GatherReport ZeroEngine::gather_report() const {
   GatherReport r;
   if (impl_->gatherer_ == nullptr) return r;

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "examples/custom_model/tanh_mlp.h"
+#include "optimizers/cpu_optimizer.h"
 #include "runtime/base/splitmix64.h"
 #include "runtime/comm/local_ranks.h"
 #include "runtime/device/device_factory.h"
@@ -553,6 +554,31 @@ TEST(ZeroEngine, RejectsWhatItCannotRun) {
     config.train_batch_size = 7;
     engine = ZeroEngine::Create(config, model.Spec(), model.Init(1), **device, comm);
     EXPECT_FALSE(engine.ok());
+    return OkStatus();
+  });
+  EXPECT_TRUE(status.ok()) << status.ToString();
+}
+
+TEST(ZeroEngine, OptimizerSummaryNamesWhatSteps) {
+  CommOptions options;
+  Status status = RunLocalRanks(1, options, [](int, Communicator& comm, MemoryTracker& tracker) {
+    TanhMlp model({5, 7, 3});
+    auto device = CreateDevice("cpu", tracker);
+    EngineConfig config = BaseConfig(1);
+    config.optimizer.type = OptimizerType::kLion;
+    config.zerostack.optimizer_state_dtype = OptimizerStateType::kBF16;
+    config.zerostack.optimizer_threads = 2;
+    auto engine = ZeroEngine::Create(config, model.Spec(), model.Init(1), **device, comm);
+    ZS_RETURN_IF_ERROR(engine.status());
+    EXPECT_EQ((*engine)->optimizer_summary(),
+              "Lion, bf16 states, CPU kernels " + CpuOptimizer::SimdTarget() + " x 2 threads");
+    config.optimizer.type = OptimizerType::kAdamW;
+    config.zerostack.optimizer_state_dtype = OptimizerStateType::kF32;
+    config.zerostack.optimizer_threads = 1;
+    engine = ZeroEngine::Create(config, model.Spec(), model.Init(1), **device, comm);
+    ZS_RETURN_IF_ERROR(engine.status());
+    EXPECT_EQ((*engine)->optimizer_summary(),
+              "AdamW, fp32 states, CPU kernels " + CpuOptimizer::SimdTarget() + " x 1 thread");
     return OkStatus();
   });
   EXPECT_TRUE(status.ok()) << status.ToString();
