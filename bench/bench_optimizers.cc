@@ -11,8 +11,18 @@
 // items_per_second (parameters/s), bytes_per_param, and on BM_Step `ratio_to_floor` = the
 // floor's time / the step's time (1.0 = at the memory limit).
 //
+// BM_VsFp32States/... (AdamW with bf16 or int8 states): each iteration steps a reduced-state
+// shard and an fp32-state shard of the same size, alternating which goes first, so that the
+// host's memory speed, which drifts between runs on shared machines, is the same for both.
+// Its time is the reduced-state step's (manual time); `speedup_vs_fp32_states` = the fp32-state
+// step's total time / the reduced-state step's (the 1.4x goal for bf16 states), and
+// `fp32_states_ms` the fp32-state step's mean.
+//
 // The goal table (add --simd=AVX2 etc. to pin a Highway target):
 //   build/bin/bench_optimizers --benchmark_filter='params:200000000/threads:2'
+//       --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+// and the reduced-state goals alone:
+//   build/bin/bench_optimizers --benchmark_filter='BM_VsFp32States/.*params:200000000/threads:2'
 //       --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
@@ -249,6 +259,41 @@ void BM_Step(benchmark::State& state) {
   }
 }
 
+// Args: kind, reduced state dtype, parameters, threads.
+void BM_VsFp32States(benchmark::State& state) {
+  const OptimizerKind kind = OptimizerKind(state.range(0));
+  const int threads = int(state.range(3));
+  auto reduced = MakeShard(kind, StateDType(state.range(1)), state.range(2), threads);
+  auto fp32 = MakeShard(kind, StateDType::kF32, state.range(2), threads);
+  CpuOptimizer optimizer(threads);
+  auto step = [&](Shard& s) {
+    const auto t0 = std::chrono::steady_clock::now();
+    optimizer.Step(s.hyper, s.step);
+    ++s.hyper.step;
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  step(*reduced);  // warm-up, as BM_Step
+  step(*fp32);
+  double reduced_total = 0, fp32_total = 0;
+  bool reduced_first = true;
+  for (auto _ : state) {
+    double t_reduced = 0;
+    if (reduced_first) {
+      t_reduced = step(*reduced);
+      fp32_total += step(*fp32);
+    } else {
+      fp32_total += step(*fp32);
+      t_reduced = step(*reduced);
+    }
+    reduced_first = !reduced_first;
+    reduced_total += t_reduced;
+    state.SetIterationTime(t_reduced);
+  }
+  Report(state, *reduced);
+  state.counters["fp32_states_ms"] = 1e3 * fp32_total / double(state.iterations());
+  state.counters["speedup_vs_fp32_states"] = fp32_total / reduced_total;
+}
+
 // Floor then step for each configuration, in that order (the ratio needs the floor first).
 void RegisterAll() {
   const std::vector<std::pair<OptimizerKind, StateDType>> cases = {
@@ -272,6 +317,19 @@ void RegisterAll() {
               ->UseRealTime()
               ->Unit(benchmark::kMillisecond);
         }
+      }
+    }
+  }
+  for (const auto& [params, thread_counts] : sizes) {
+    if (params < 1'000'000) continue;  // in cache there is no memory to share
+    for (int threads : thread_counts) {
+      for (StateDType type : {StateDType::kBF16, StateDType::kInt8}) {
+        benchmark::RegisterBenchmark("BM_VsFp32States", &BM_VsFp32States)
+            ->ArgNames({"kind", "state", "params", "threads"})
+            ->Args({int64_t(OptimizerKind::kAdamW), int64_t(type), params, threads})
+            ->MinTime(0.5)
+            ->UseManualTime()
+            ->Unit(benchmark::kMillisecond);
       }
     }
   }
