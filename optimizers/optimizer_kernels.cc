@@ -232,6 +232,7 @@ struct Hoisted {
   float beta1, one_minus_beta1, beta2, one_minus_beta2, eps, step_size, inv_sqrt_bc2;
   float lr, wd, decay;  // decay = 1 - lr * wd (AdamW, Lion)
   float grad_scale;
+  bool scale_grad;  // grad_scale != 1: x * 1 is x, so unscaled gradients skip the multiply
   uint32_t sr_k1, sr_k2;  // bf16 states: the range's stochastic-rounding key
   float scale0, scale1;   // int8 states: the current block's scales (set per block)
   bool as_root, reads_s0, writes_s0, sgd_momentum, sgd_first_step, nesterov;
@@ -257,6 +258,7 @@ HWY_INLINE Hoisted MakeHoisted(const KernelConstants& c, const KernelRange& r) {
       .wd = r.weight_decay,
       .decay = 1.0f - c.lr * r.weight_decay,
       .grad_scale = r.grad_scale,
+      .scale_grad = r.grad_scale != 1.0f,
       .sr_k1 = r.sr_key.k1,
       .sr_k2 = r.sr_key.k2,
       .scale0 = 0.0f,
@@ -291,7 +293,8 @@ HWY_INLINE void Load(const Hoisted& k, const Arrays& p, size_t at, VF& w, VF& g,
                      VF& s1) {
   const DF df;
   w = hn::LoadU(df, p.master + at);
-  g = hn::Mul(LoadGrad<G>(p.grad, at), hn::Set(df, k.grad_scale));
+  g = LoadGrad<G>(p.grad, at);
+  if (k.scale_grad) g = hn::Mul(g, hn::Set(df, k.grad_scale));
   s0 = k.reads_s0 ? LoadState<S>(p.s0_in, at, hn::Set(df, k.scale0)) : hn::Zero(df);
   s1 = NumKernelStates<K>() == 2 ? LoadState<S>(p.s1_in, at, hn::Set(df, k.scale1))
                                  : hn::Zero(df);
