@@ -18,6 +18,14 @@
 // step's total time / the reduced-state step's (the 1.4x goal for bf16 states), and
 // `fp32_states_ms` the fp32-state step's mean.
 //
+// param_out, the one array the step only writes, goes through non-temporal stores where the
+// step's arrays exceed the last-level cache, in the floor as in the step ([Note: streaming
+// param_out] in optimizers/optimizer_spec.h; the label says "streamed param_out");
+// --param_out_stores=cached|streaming forces one kind for every size (BM_StreamedVsCached
+// keeps both). BM_StreamedVsCached/... (AdamW, each state dtype): each iteration steps the
+// shard with both kinds of store, alternating which goes first; its time is the streamed
+// step's, `speedup_vs_cached` = the cached steps' total time / the streamed steps'.
+//
 // The goal table (add --simd=AVX2 etc. to pin a Highway target):
 //   build/bin/bench_optimizers --benchmark_filter='params:200000000/threads:2'
 //       --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
@@ -38,10 +46,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bench/floor_kernel.h"
 #include "hwy/targets.h"
 #include "optimizers/cpu_optimizer.h"
 #include "optimizers/optimizer_spec.h"
@@ -76,6 +86,9 @@ void ParallelTiles(int threads, int64_t n, const std::function<void(int64_t, int
   work();
   for (auto& h : helpers) h.join();
 }
+
+// ShardStep::param_out_stores of every shard (--param_out_stores).
+ParamOutStores g_param_out_stores = ParamOutStores::kAuto;
 
 struct Shard {
   OptimizerHyper hyper;
@@ -147,59 +160,27 @@ std::unique_ptr<Shard> MakeShard(OptimizerKind kind, StateDType type, int64_t n,
   st.grad_scale = 1.0f;
   st.param_out = s->param_out->data;
   st.param_dtype = DType::kBF16;
+  st.param_out_stores = g_param_out_stores;
   st.segments = s->segments;
   st.seed = 7;
   return s;
 }
 
-// The floor: every array the step touches, read and written in place (param_out written only,
-// grad read only), one add each, in one fused pass per tile (compiled -O3, so it vectorizes).
-template <typename S>
-void FloorTile(Shard& s, int64_t b, int64_t e) {
-  float* w = s.master->as<float>();
-  const uint16_t* g = s.grad->as<uint16_t>();
-  uint16_t* p = s.param_out->as<uint16_t>();
-  S* m0 = s.states > 0 ? s.state[0]->as<S>() : nullptr;
-  S* m1 = s.states > 1 ? s.state[1]->as<S>() : nullptr;
-  if (m1 != nullptr) {
-    for (int64_t i = b; i < e; ++i) {
-      w[i] += 1.0f;
-      p[i] = uint16_t(g[i] + 1);
-      m0[i] = S(m0[i] + S(1));
-      m1[i] = S(m1[i] + S(1));
-    }
-  } else if (m0 != nullptr) {
-    for (int64_t i = b; i < e; ++i) {
-      w[i] += 1.0f;
-      p[i] = uint16_t(g[i] + 1);
-      m0[i] = S(m0[i] + S(1));
-    }
-  } else {
-    for (int64_t i = b; i < e; ++i) {
-      w[i] += 1.0f;
-      p[i] = uint16_t(g[i] + 1);
-    }
-  }
-  if (s.state_dtype == StateDType::kInt8) {
-    for (int k = 0; k < s.states; ++k) {
-      float* sc = s.scale[k]->as<float>();
-      for (int64_t j = b / kQuantBlock; j < (e + kQuantBlock - 1) / kQuantBlock; ++j) sc[j] += 1.0f;
-    }
-  }
-}
-
+// The floor (bench/floor_kernel.h) over the step's tiles and threads, streaming param_out
+// where the step does; int8 block scales get one add each as well.
 void FloorPass(Shard& s, int threads) {
+  const bool stream = CpuOptimizer::StreamsParamOut(s.hyper, s.step);
   ParallelTiles(threads, s.n, [&](int64_t b, int64_t e) {
-    switch (s.state_dtype) {
-      case StateDType::kF32:
-        FloorTile<float>(s, b, e);
-        break;
-      case StateDType::kBF16:
-        FloorTile<uint16_t>(s, b, e);
-        break;
-      case StateDType::kInt8:
-        FloorTile<int8_t>(s, b, e);
-        break;
+    FloorTile(s.master->as<float>(), s.grad->as<uint16_t>(), s.param_out->as<uint16_t>(),
+              s.states > 0 ? s.state[0]->data : nullptr, s.states > 1 ? s.state[1]->data : nullptr,
+              s.state_dtype, stream, b, e);
+    if (s.state_dtype == StateDType::kInt8) {
+      for (int k = 0; k < s.states; ++k) {
+        float* sc = s.scale[k]->as<float>();
+        for (int64_t j = b / kQuantBlock; j < (e + kQuantBlock - 1) / kQuantBlock; ++j) {
+          sc[j] += 1.0f;
+        }
+      }
     }
   });
 }
@@ -221,7 +202,8 @@ void Report(benchmark::State& state, const Shard& s) {
   state.counters["bytes_per_param"] = double(bpp);
   state.SetLabel(std::string(OptimizerKindName(s.hyper.kind)) + " " +
                  std::string(StateDTypeName(s.state_dtype)) + " states, " +
-                 CpuOptimizer::SimdTarget());
+                 CpuOptimizer::SimdTarget() +
+                 (CpuOptimizer::StreamsParamOut(s.hyper, s.step) ? ", streamed param_out" : ""));
 }
 
 // Args: kind, state dtype, parameters, threads.
@@ -294,6 +276,44 @@ void BM_VsFp32States(benchmark::State& state) {
   state.counters["speedup_vs_fp32_states"] = fp32_total / reduced_total;
 }
 
+// Args: kind, state dtype, parameters, threads. Each iteration steps one shard twice, once
+// writing param_out through ordinary stores and once through non-temporal ones, alternating
+// which goes first, so that both see the same memory speed.
+void BM_StreamedVsCached(benchmark::State& state) {
+  const int threads = int(state.range(3));
+  auto s =
+      MakeShard(OptimizerKind(state.range(0)), StateDType(state.range(1)), state.range(2), threads);
+  CpuOptimizer optimizer(threads);
+  auto step = [&](ParamOutStores stores) {
+    s->step.param_out_stores = stores;
+    const auto t0 = std::chrono::steady_clock::now();
+    optimizer.Step(s->hyper, s->step);
+    ++s->hyper.step;
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  step(ParamOutStores::kCached);  // warm-up, as BM_Step
+  step(ParamOutStores::kStreaming);
+  double streamed_total = 0, cached_total = 0;
+  bool streamed_first = true;
+  for (auto _ : state) {
+    double t_streamed = 0;
+    if (streamed_first) {
+      t_streamed = step(ParamOutStores::kStreaming);
+      cached_total += step(ParamOutStores::kCached);
+    } else {
+      cached_total += step(ParamOutStores::kCached);
+      t_streamed = step(ParamOutStores::kStreaming);
+    }
+    streamed_first = !streamed_first;
+    streamed_total += t_streamed;
+    state.SetIterationTime(t_streamed);
+  }
+  s->step.param_out_stores = ParamOutStores::kStreaming;
+  Report(state, *s);
+  state.counters["cached_ms"] = 1e3 * cached_total / double(state.iterations());
+  state.counters["speedup_vs_cached"] = cached_total / streamed_total;
+}
+
 // Floor then step for each configuration, in that order (the ratio needs the floor first).
 void RegisterAll() {
   const std::vector<std::pair<OptimizerKind, StateDType>> cases = {
@@ -331,6 +351,15 @@ void RegisterAll() {
             ->UseManualTime()
             ->Unit(benchmark::kMillisecond);
       }
+      for (auto [kind, type] : cases) {
+        if (kind != OptimizerKind::kAdamW) continue;
+        benchmark::RegisterBenchmark("BM_StreamedVsCached", &BM_StreamedVsCached)
+            ->ArgNames({"kind", "state", "params", "threads"})
+            ->Args({int64_t(kind), int64_t(type), params, threads})
+            ->MinTime(0.5)
+            ->UseManualTime()
+            ->Unit(benchmark::kMillisecond);
+      }
     }
   }
 }
@@ -338,33 +367,58 @@ void RegisterAll() {
 }  // namespace
 }  // namespace zs
 
-// --simd=NAME pins the kernels to one Highway target (AVX3, AVX2, SSE4, SCALAR, ...) of those
-// compiled in and supported here, to compare targets on one machine; the default is the best.
-bool PinSimdTarget(int& argc, char** argv) {
-  const std::string flag = "--simd=";
+// Removes the first argument that starts with `flag` ("--name=") from argv and returns its
+// value; nullopt when there is none.
+std::optional<std::string> TakeFlag(int& argc, char** argv, const std::string& flag) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg.rfind(flag, 0) != 0) continue;
-    const std::string name = arg.substr(flag.size());
-    std::string known;
-    for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
-      if (name == hwy::TargetName(target)) {
-        hwy::SetSupportedTargetsForTest(target);
-        std::copy(argv + i + 1, argv + argc + 1, argv + i);  // drop the flag (argv[argc] = null)
-        --argc;
-        return true;
-      }
-      known += std::string(known.empty() ? "" : ", ") + hwy::TargetName(target);
-    }
-    std::fprintf(stderr, "bench_optimizers: --simd=%s: not a target of this build and CPU (%s)\n",
-                 name.c_str(), known.c_str());
-    return false;
+    std::copy(argv + i + 1, argv + argc + 1, argv + i);  // argv[argc] is null
+    --argc;
+    return arg.substr(flag.size());
   }
-  return true;
+  return std::nullopt;
+}
+
+// --simd=NAME pins the kernels to one Highway target (AVX3, AVX2, SSE4, SCALAR, ...) of those
+// compiled in and supported here, to compare targets on one machine; the default is the best.
+bool PinSimdTarget(int& argc, char** argv) {
+  const std::optional<std::string> name = TakeFlag(argc, argv, "--simd=");
+  if (!name) return true;
+  std::string known;
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    if (*name == hwy::TargetName(target)) {
+      hwy::SetSupportedTargetsForTest(target);
+      return true;
+    }
+    known += std::string(known.empty() ? "" : ", ") + hwy::TargetName(target);
+  }
+  std::fprintf(stderr, "bench_optimizers: --simd=%s: not a target of this build and CPU (%s)\n",
+               name->c_str(), known.c_str());
+  return false;
+}
+
+// --param_out_stores=auto|cached|streaming sets ShardStep::param_out_stores for every shard
+// (default auto: streaming above the last-level cache), to measure both store kinds.
+bool SetParamOutStores(int& argc, char** argv) {
+  const std::optional<std::string> value = TakeFlag(argc, argv, "--param_out_stores=");
+  if (!value) return true;
+  for (auto [name, stores] : {std::pair{"auto", zs::ParamOutStores::kAuto},
+                              std::pair{"cached", zs::ParamOutStores::kCached},
+                              std::pair{"streaming", zs::ParamOutStores::kStreaming}}) {
+    if (*value == name) {
+      zs::g_param_out_stores = stores;
+      return true;
+    }
+  }
+  std::fprintf(stderr,
+               "bench_optimizers: --param_out_stores=%s: expected auto, cached or streaming\n",
+               value->c_str());
+  return false;
 }
 
 int main(int argc, char** argv) {
-  if (!PinSimdTarget(argc, argv)) return 1;
+  if (!PinSimdTarget(argc, argv) || !SetParamOutStores(argc, argv)) return 1;
   zs::RegisterAll();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

@@ -2,13 +2,18 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cmath>
 #include <condition_variable>
 #include <cstddef>
+#include <fstream>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>  // sysconf: cache sizes
 
 #include "optimizers/optimizer_kernels.h"
 #include "optimizers/state_codec.h"
@@ -134,6 +139,68 @@ int CpuOptimizer::threads() const { return pool_->threads(); }
 
 std::string CpuOptimizer::SimdTarget() { return internal::OptimizerKernelTarget(); }
 
+int64_t CpuOptimizer::StepWorkingSetBytes(const OptimizerHyper& hyper, const ShardStep& shard) {
+  const int64_t n = shard.n;
+  int64_t bytes = n * int64_t(sizeof(float)) + n * int64_t(DTypeSize(shard.grad_dtype));
+  if (shard.param_out != nullptr) bytes += n * int64_t(DTypeSize(shard.param_dtype));
+  const int num_states = NumStates(hyper.kind, hyper.beta1);
+  return bytes + num_states * StateBytes(shard.state_dtype, n);
+}
+
+namespace {
+
+// The size of cpu0's highest-level data or unified cache as Linux's sysfs describes it
+// ("32768K"), or 0. Preferred to sysconf, which in virtual machines can report the host's whole
+// L3 (320 MiB on a 2-vCPU VM whose sysfs, like lscpu, says 32 MiB).
+int64_t SysfsLastLevelCacheBytes() {
+  int best_level = 0;
+  int64_t best_bytes = 0;
+  for (int index = 0; index < 16; ++index) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index);
+    std::ifstream level_file(dir + "/level"), type_file(dir + "/type"), size_file(dir + "/size");
+    int level = 0;
+    std::string type, size;
+    if (!(level_file >> level) || !(type_file >> type) || !(size_file >> size)) break;
+    if (type == "Instruction" || level <= best_level || size.empty()) continue;
+    int64_t value = 0;
+    size_t digits = 0;
+    while (digits < size.size() && std::isdigit(static_cast<unsigned char>(size[digits]))) {
+      value = value * 10 + (size[digits++] - '0');
+    }
+    const char unit = digits < size.size() ? size[digits] : ' ';
+    const int shift = unit == 'K' ? 10 : unit == 'M' ? 20 : unit == 'G' ? 30 : 0;
+    best_level = level;
+    best_bytes = value << shift;
+  }
+  return best_bytes;
+}
+
+}  // namespace
+
+int64_t CpuOptimizer::LastLevelCacheBytes() {
+  static const int64_t bytes = [] {
+    if (const int64_t b = SysfsLastLevelCacheBytes(); b > 0) return b;
+    for (int name : {_SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE}) {
+      if (const long b = sysconf(name); b > 0) return int64_t(b);
+    }
+    return int64_t{32} << 20;
+  }();
+  return bytes;
+}
+
+bool CpuOptimizer::StreamsParamOut(const OptimizerHyper& hyper, const ShardStep& shard) {
+  if (shard.param_out == nullptr) return false;
+  switch (shard.param_out_stores) {
+    case ParamOutStores::kCached:
+      return false;
+    case ParamOutStores::kStreaming:
+      return true;
+    case ParamOutStores::kAuto:
+      return StepWorkingSetBytes(hyper, shard) > LastLevelCacheBytes();
+  }
+  return false;
+}
+
 namespace {
 
 void CheckShard(const OptimizerHyper& h, const ShardStep& s, int num_states) {
@@ -191,6 +258,7 @@ void CpuOptimizer::Step(const OptimizerHyper& hyper, const ShardStep& shard) {
   const size_t grad_size = DTypeSize(shard.grad_dtype);
   const size_t out_size = DTypeSize(shard.param_dtype);
   const std::span<const ShardSegment> segments = shard.segments;
+  const bool stream_param_out = StreamsParamOut(hyper, shard);
 
   // fp32 states are updated in place, bf16 states in registers ([Note: fused bf16 states] in
   // optimizer_kernels.cc) and int8 states block by block ([Note: fused int8 states]), a chunk of
@@ -249,6 +317,7 @@ void CpuOptimizer::Step(const OptimizerHyper& hyper, const ShardStep& shard) {
                         ? static_cast<uint8_t*>(shard.param_out) + pos * out_size
                         : nullptr;
       r.param_dtype = shard.param_dtype;
+      r.stream_param_out = stream_param_out;
       r.weight_decay = seg->weight_decay;
       internal::RunOptimizerKernel(consts[size_t(seg->group)], r);
       pos = piece_end;

@@ -18,6 +18,9 @@
 //   weight-decay segment boundary goes through per-thread fp32 scratch instead (decode, update
 //   piece by piece, encode), with the same result. Each state byte in memory is read and
 //   written once.
+// - param_out: written through ordinary or non-temporal stores as shard.param_out_stores says
+//   ([Note: streaming param_out] in optimizer_spec.h; StreamsParamOut resolves kAuto). The bits
+//   are the same; streamed stores are fenced before Step returns.
 // - Threads: `threads` threads run the tiles: threads - 1 workers created at construction plus
 //   the caller (0 or 1 = the caller alone). One Step at a time per object; different objects
 //   are independent.
@@ -46,6 +49,15 @@ class CpuOptimizer {
   void Step(const OptimizerHyper& hyper, const ShardStep& shard);
 
   int threads() const;
+
+  // The bytes of every array one Step over `shard` reads or writes, each counted once.
+  static int64_t StepWorkingSetBytes(const OptimizerHyper& hyper, const ShardStep& shard);
+  // Whether Step writes shard.param_out through non-temporal stores: kStreaming, or kAuto with
+  // StepWorkingSetBytes above LastLevelCacheBytes. False without param_out.
+  static bool StreamsParamOut(const OptimizerHyper& hyper, const ShardStep& shard);
+  // The last-level cache size kAuto compares with: cpu0's highest-level cache in Linux's sysfs,
+  // else the L3 (or L2) size sysconf reports, else 32 MiB.
+  static int64_t LastLevelCacheBytes();
   // The SIMD target chosen at run time ("AVX3", "AVX2", "SSE4", "EMU128"/"SCALAR", "NEON").
   static std::string SimdTarget();
 

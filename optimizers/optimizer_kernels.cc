@@ -25,6 +25,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "optimizers/optimizer_kernels.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "optimizers/int8_block-inl.h"
 #include "optimizers/stochastic_rounding-inl.h"
@@ -81,19 +82,53 @@ HWY_INLINE VF LoadGrad(const void* grad, size_t i) {
 
 // ---- narrowing to 16 bits, two vectors at a time -----------------------------------------------
 
-// bf16 results are computed in 32-bit lanes with the bf16 bits in the upper half; one ConcatOdd
-// (a single two-source permute on AVX-512) packs the upper halves of two vectors, in order,
-// where one vector at a time would need a shift and a saturating demotion each.
-HWY_INLINE void StoreUpperHalves(VU lo, VU hi, uint16_t* out) {
+// 16-bit results are computed in 32-bit lanes, bf16 bits in the upper half of each lane and f16
+// bits in the lower half; one ConcatOdd or ConcatEven (a single two-source permute on AVX-512)
+// packs the halves of two vectors, in order, into one full vector, where one vector at a time
+// would need a shift and a saturating demotion each. `stream`: a non-temporal store, for which
+// `out` must be aligned to the vector ([Note: streaming param_out]).
+#if HWY_TARGET != HWY_SCALAR
+template <bool kUpper>
+HWY_INLINE hn::Vec<DU16x2> Pack16(VU lo, VU hi) {
+  const DU16x2 d16;
+  if constexpr (kUpper) return hn::ConcatOdd(d16, hn::BitCast(d16, hi), hn::BitCast(d16, lo));
+  return hn::ConcatEven(d16, hn::BitCast(d16, hi), hn::BitCast(d16, lo));
+}
+#endif
+
+template <bool kUpper>
+HWY_INLINE void StoreHalves(VU lo, VU hi, uint16_t* out, bool stream) {
 #if HWY_TARGET == HWY_SCALAR  // one lane: no two-lane u16 vector to permute into
+  (void)stream;
   const DI di;
   const DU16 du16;
-  hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, hn::ShiftRight<16>(lo))), du16, out);
-  hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, hn::ShiftRight<16>(hi))), du16, out + 1);
+  const VU lo16 = kUpper ? hn::ShiftRight<16>(lo) : lo;
+  const VU hi16 = kUpper ? hn::ShiftRight<16>(hi) : hi;
+  hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, lo16)), du16, out);
+  hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, hi16)), du16, out + 1);
 #else
   const DU16x2 d16;
-  hn::StoreU(hn::ConcatOdd(d16, hn::BitCast(d16, hi), hn::BitCast(d16, lo)), d16, out);
+  const auto packed = Pack16<kUpper>(lo, hi);
+  if (stream) {
+    hn::Stream(packed, d16, out);
+  } else {
+    hn::StoreU(packed, d16, out);
+  }
 #endif
+}
+HWY_INLINE void StoreUpperHalves(VU lo, VU hi, uint16_t* out, bool stream = false) {
+  StoreHalves<true>(lo, hi, out, stream);
+}
+// Lanes <= 0xffff only (the lower half is the value).
+HWY_INLINE void StoreLowerHalves(VU lo, VU hi, uint16_t* out, bool stream) {
+  StoreHalves<false>(lo, hi, out, stream);
+}
+
+// Whether param_out stores from `out` on may stream: every store of StoreParams is one whole,
+// aligned vector when the run's first one is.
+HWY_INLINE bool StreamAligned(const void* out) {
+  const DF df;
+  return reinterpret_cast<uintptr_t>(out) % (hn::Lanes(df) * sizeof(float)) == 0;
 }
 
 // ---- param_out stores (exactly FloatToBF16 / FloatToF16) ----------------------------------
@@ -135,25 +170,26 @@ HWY_INLINE VU F16Bits(VF w) {
   return hn::Or(bits, sign);
 }
 
-// Stores the param_out copies of two consecutive vectors w0 (at i) and w1 (at i + lanes).
+// Stores the param_out copies of two consecutive vectors w0 (at i) and w1 (at i + lanes);
+// `stream`: non-temporal stores (StreamAligned(out) holds).
 template <int O, bool kNaN>
-HWY_INLINE void StoreParams(VF w0, VF w1, void* out, size_t i) {
+HWY_INLINE void StoreParams(VF w0, VF w1, void* out, size_t i, bool stream) {
   const DF df;
   if constexpr (O == int(DType::kF32)) {
     float* p = static_cast<float*>(out) + i;
-    hn::StoreU(w0, df, p);
-    hn::StoreU(w1, df, p + hn::Lanes(df));
+    if (stream) {
+      hn::Stream(w0, df, p);
+      hn::Stream(w1, df, p + hn::Lanes(df));
+    } else {
+      hn::StoreU(w0, df, p);
+      hn::StoreU(w1, df, p + hn::Lanes(df));
+    }
   } else if constexpr (O == int(DType::kBF16)) {
     StoreUpperHalves(BF16NearestUpper<kNaN>(w0), BF16NearestUpper<kNaN>(w1),
-                     static_cast<uint16_t*>(out) + i);
+                     static_cast<uint16_t*>(out) + i, stream);
   } else {
-    // f16 bits sit in the low half of each lane; every lane is <= 0xffff, so the saturating
-    // demotion is a plain truncation.
-    const DI di;
-    const DU16 du16;
-    uint16_t* p = static_cast<uint16_t*>(out) + i;
-    hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, F16Bits(w0))), du16, p);
-    hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, F16Bits(w1))), du16, p + hn::Lanes(df));
+    // f16 bits sit in the low half of each lane (every lane is <= 0xffff).
+    StoreLowerHalves(F16Bits(w0), F16Bits(w1), static_cast<uint16_t*>(out) + i, stream);
   }
 }
 
@@ -236,6 +272,7 @@ struct Hoisted {
   uint32_t sr_k1, sr_k2;  // bf16 states: the range's stochastic-rounding key
   float scale0, scale1;   // int8 states: the current block's scales (set per block)
   bool as_root, reads_s0, writes_s0, sgd_momentum, sgd_first_step, nesterov;
+  bool stream_out;  // param_out through non-temporal stores where aligned
 };
 
 // Which states a kind reads and writes this step.
@@ -270,6 +307,7 @@ HWY_INLINE Hoisted MakeHoisted(const KernelConstants& c, const KernelRange& r) {
       .sgd_momentum = c.sgd_momentum,
       .sgd_first_step = c.sgd_first_step,
       .nesterov = c.nesterov,
+      .stream_out = r.stream_param_out && r.param_out != nullptr,
   };
 }
 
@@ -366,11 +404,11 @@ HWY_INLINE bool MayBeNaN(VF w_a, VF w_b, VF s0_a, VF s0_b) {
 
 // Stores the param_out copies and the states of the two vectors a (at i) and b (at i + lanes).
 template <OptimizerKind K, int O, StateDType S, bool kNaN>
-HWY_INLINE void StoreRounded(const Hoisted& k, const Arrays& p, size_t i, VF w_a, VF w_b,
-                             VF s0_a, VF s0_b, VF s1_a, VF s1_b, VU hash_a, VU hash_b) {
+HWY_INLINE void StoreRounded(const Hoisted& k, const Arrays& p, size_t i, bool stream, VF w_a,
+                             VF w_b, VF s0_a, VF s0_b, VF s1_a, VF s1_b, VU hash_a, VU hash_b) {
   const DU du;
   namespace srv = sr::HWY_NAMESPACE;
-  if constexpr (O != kParamNone) StoreParams<O, kNaN>(w_a, w_b, p.out, i);
+  if constexpr (O != kParamNone) StoreParams<O, kNaN>(w_a, w_b, p.out, i, stream);
   if (k.writes_s0) {
     StoreStates<S, kNaN>(s0_a, s0_b, p.s0_out, i, srv::SrBitsV(du, hash_a, 0),
                          srv::SrBitsV(du, hash_b, 0));
@@ -386,11 +424,12 @@ HWY_INLINE void StoreRounded(const Hoisted& k, const Arrays& p, size_t i, VF w_a
 using VMax = hn::Vec<DI>;
 
 // Updates the two vectors of elements at i and i + lanes (`index`: element i's low 32 index
-// bits). Two at a time, so 16-bit results are packed with one permute (StoreUpperHalves). The
-// two are named values, not an array: GCC kept an array of them on the stack.
+// bits; `stream`: param_out through non-temporal stores). Two at a time, so 16-bit results are
+// packed with one permute (StoreHalves). The two are named values, not an array: GCC kept an
+// array of them on the stack.
 template <OptimizerKind K, DType G, int O, StateDType S>
-HWY_INLINE void Body2(const Hoisted& k, const Arrays& p, size_t i, uint32_t index, VMax& max0,
-                      VMax& max1) {
+HWY_INLINE void Body2(const Hoisted& k, const Arrays& p, size_t i, uint32_t index, bool stream,
+                      VMax& max0, VMax& max1) {
   const DF df;
   const DU du;
   const size_t lanes = hn::Lanes(df);
@@ -422,9 +461,11 @@ HWY_INLINE void Body2(const Hoisted& k, const Arrays& p, size_t i, uint32_t inde
     hash_b = srv::SrHashV(du, hn::Add(idx, hn::Set(du, uint32_t(lanes))), k1, k2);
   }
   if (HWY_LIKELY(!MayBeNaN<K>(w_a, w_b, s0_a, s0_b))) {
-    StoreRounded<K, O, S, false>(k, p, i, w_a, w_b, s0_a, s0_b, s1_a, s1_b, hash_a, hash_b);
+    StoreRounded<K, O, S, false>(k, p, i, stream, w_a, w_b, s0_a, s0_b, s1_a, s1_b, hash_a,
+                                 hash_b);
   } else {
-    StoreRounded<K, O, S, true>(k, p, i, w_a, w_b, s0_a, s0_b, s1_a, s1_b, hash_a, hash_b);
+    StoreRounded<K, O, S, true>(k, p, i, stream, w_a, w_b, s0_a, s0_b, s1_a, s1_b, hash_a,
+                                hash_b);
   }
 }
 
@@ -443,9 +484,10 @@ HWY_INLINE size_t Steps(const Hoisted& k, const Arrays& p, size_t n, uint32_t in
                         VMax& max0, VMax& max1) {
   const DF df;
   const size_t step = 2 * hn::Lanes(df);
+  const bool stream = k.stream_out && StreamAligned(p.out);
   size_t i = 0;
   for (; i + step <= n; i += step) {
-    Body2<K, G, O, S>(k, p, i, index_lo + static_cast<uint32_t>(i), max0, max1);
+    Body2<K, G, O, S>(k, p, i, index_lo + static_cast<uint32_t>(i), stream, max0, max1);
   }
   if (i == n) return i;
   constexpr size_t kMaxLanes = 2 * HWY_MAX_BYTES / sizeof(float);
@@ -466,8 +508,8 @@ HWY_INLINE size_t Steps(const Hoisted& k, const Arrays& p, size_t n, uint32_t in
   std::memcpy(grad, At(p.grad, i * grad_size), count * grad_size);
   const Arrays padded{master, s_in[0], s_in[1], s_out[0], s_out[1], grad, out};
   VMax padded_max0 = max0, padded_max1 = max1;  // the padding's lanes must not count
-  Body2<K, G, O, S>(k, padded, 0, index_lo + static_cast<uint32_t>(i), padded_max0,
-                    padded_max1);
+  Body2<K, G, O, S>(k, padded, 0, index_lo + static_cast<uint32_t>(i), /*stream=*/false,
+                    padded_max0, padded_max1);
   std::memcpy(p.master + i, master, count * sizeof(float));
   for (int s = 0; s < 2; ++s) {
     if (dst[s] != nullptr) std::memcpy(At(dst[s], i * out_size), s_out[s], count * out_size);
@@ -488,6 +530,7 @@ HWY_NOINLINE void Loop(const KernelConstants& c, const KernelRange& r) {
   const DI di;
   VMax unused0 = hn::Zero(di), unused1 = hn::Zero(di);
   Steps<K, G, O, S>(k, p, static_cast<size_t>(r.n), r.index_lo, unused0, unused1);
+  if (k.stream_out) hwy::FlushStream();  // order the streamed stores before the step returns
 }
 
 // [Note: fused int8 states] int8 states are decoded in the loads (one scale per block of
@@ -544,6 +587,7 @@ HWY_NOINLINE void LoopInt8(const KernelConstants& c, const KernelRange& r) {
       q8::EncodeInt8BlockWithMax(block1, count, max_abs, codes1 + b, scales1 + q);
     }
   }
+  if (k.stream_out) hwy::FlushStream();  // order the streamed stores before the step returns
 }
 
 template <OptimizerKind K, DType G, int O>

@@ -63,6 +63,9 @@ struct KernelRange {
   float grad_scale = 1.0f;
   void* param_out = nullptr;  // optional
   DType param_dtype = DType::kBF16;
+  // param_out through non-temporal stores wherever it is vector-aligned ([Note: streaming
+  // param_out] in optimizer_spec.h); the kernel fences them (sfence) before it returns.
+  bool stream_param_out = false;
   float weight_decay = 0.0f;
 };
 

@@ -604,6 +604,96 @@ TEST(CpuOptimizerTest, AllSimdTargetsAgree) {
   }
 }
 
+// [Note: streaming param_out]: non-temporal param_out stores write the bits ordinary stores do,
+// on every SIMD target, for every param dtype and state dtype, with two threads. From a
+// param_out aligned to the widest vector every tile's first run streams (runs that start at a
+// weight-decay segment boundary mid-tile may not be aligned, and store as usual); one element
+// off, none does.
+TEST(CpuOptimizerTest, StreamedParamOutEqualsCached) {
+  const int64_t n = kSlowBuild ? kTile + 333 : 2 * kTile + 333;
+  constexpr uintptr_t kAlign = 256;  // SVE's widest vector
+  uint64_t seed = 9500;
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    CpuOptimizer opt(2);
+    for (const KindCase& k : kKinds) {
+      for (DType pd : {DType::kBF16, DType::kF16, DType::kF32}) {
+        for (StateDType sd : {StateDType::kF32, StateDType::kBF16, StateDType::kInt8}) {
+          if (sd != StateDType::kF32 && StatesOf(k) == 0) continue;
+          for (size_t offset : {size_t{0}, DTypeSize(pd)}) {
+            SCOPED_TRACE(fmt::format("{}: {} param_out {} (offset {}) {} states",
+                                     CpuOptimizer::SimdTarget(), k.name, DTypeName(pd), offset,
+                                     StateDTypeName(sd)));
+            ++seed;
+            const size_t bytes = size_t(n) * DTypeSize(pd);
+            Shard cached(k, n, sd, DType::kBF16, pd, seed);
+            Shard streamed = cached;
+            std::vector<uint8_t> storage[2];
+            uint8_t* out[2];
+            for (int s = 0; s < 2; ++s) {
+              storage[s].assign(bytes + offset + kAlign, 0xAB);
+              const uintptr_t at = reinterpret_cast<uintptr_t>(storage[s].data());
+              out[s] = storage[s].data() + ((kAlign - at % kAlign) % kAlign) + offset;
+            }
+            ASSERT_EQ(reinterpret_cast<uintptr_t>(out[1]) % kAlign, offset);
+            for (int64_t step = 1; step <= 2; ++step) {
+              int s = 0;
+              for (Shard* sh : {&cached, &streamed}) {
+                sh->FillGrad(step);
+                std::vector<ShardSegment> segs;
+                ShardStep st = sh->View(0, n, segs);
+                st.param_out = out[s];
+                st.param_out_stores = s == 0 ? ParamOutStores::kCached : ParamOutStores::kStreaming;
+                ASSERT_EQ(CpuOptimizer::StreamsParamOut(MakeHyper(k, step), st), s == 1);
+                opt.Step(MakeHyper(k, step), st);
+                ++s;
+              }
+            }
+            ExpectSameBits(cached, streamed, "master and states");
+            EXPECT_EQ(std::memcmp(out[0], out[1], bytes), 0) << "param_out";
+            // The copy must have been written for the comparison to mean something.
+            EXPECT_NE(std::count(out[1], out[1] + bytes, uint8_t{0xAB}), int64_t(bytes));
+          }
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+// kAuto streams exactly when the step's arrays exceed the last-level cache.
+TEST(CpuOptimizerTest, AutoStreamsParamOutBeyondTheLastLevelCache) {
+  const int64_t llc = CpuOptimizer::LastLevelCacheBytes();
+  ASSERT_GT(llc, 0);
+  OptimizerHyper adamw = MakeHyper(kKinds[0], 1);
+  uint16_t dummy = 0;
+  ShardStep st;
+  st.state_dtype = StateDType::kF32;
+  st.grad_dtype = DType::kBF16;
+  st.param_out = &dummy;  // never stepped: only the decision is asked
+  st.param_dtype = DType::kBF16;
+  // master 4 + grad 2 + param_out 2 + two fp32 states 8 bytes per element.
+  st.n = 1000;
+  EXPECT_EQ(CpuOptimizer::StepWorkingSetBytes(adamw, st), 16 * 1000);
+  st.n = llc / 16;
+  EXPECT_FALSE(CpuOptimizer::StreamsParamOut(adamw, st));
+  st.n = llc / 16 + 1;
+  EXPECT_TRUE(CpuOptimizer::StreamsParamOut(adamw, st));
+  st.param_out_stores = ParamOutStores::kCached;
+  EXPECT_FALSE(CpuOptimizer::StreamsParamOut(adamw, st));
+  st.param_out_stores = ParamOutStores::kStreaming;
+  st.n = 1;
+  EXPECT_TRUE(CpuOptimizer::StreamsParamOut(adamw, st));
+  st.param_out = nullptr;
+  EXPECT_FALSE(CpuOptimizer::StreamsParamOut(adamw, st));
+  // int8 states count their codes and scales; SGD without momentum has none.
+  st.param_out = &dummy;
+  st.n = 2 * kQuantBlock;
+  st.state_dtype = StateDType::kInt8;
+  EXPECT_EQ(CpuOptimizer::StepWorkingSetBytes(adamw, st), st.n * 8 + 2 * (st.n + 2 * 4));
+  EXPECT_EQ(CpuOptimizer::StepWorkingSetBytes(MakeHyper(kKinds[2], 1), st), st.n * 8);
+}
+
 // param_out conversions and gradient loads agree with runtime/base/dtype.h on every bit
 // pattern that matters: SGD with lr = 0 leaves the master as is (param_out = round(master)); SGD
 // with lr = 1 from w = 0 gives w = -g exactly (the gradient as loaded).
