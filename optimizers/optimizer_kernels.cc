@@ -19,6 +19,7 @@
 
 #include "optimizers/optimizer_kernels.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 
@@ -270,6 +271,7 @@ struct Hoisted {
   float grad_scale;
   bool scale_grad;  // grad_scale != 1: x * 1 is x, so unscaled gradients skip the multiply
   uint32_t sr_k1, sr_k2;  // bf16 states: the range's stochastic-rounding key
+  uint32_t sr_block_key;  // bf16 states: SrBlockKey of the current 64K block (set per block)
   float scale0, scale1;   // int8 states: the current block's scales (set per block)
   bool as_root, reads_s0, writes_s0, sgd_momentum, sgd_first_step, nesterov;
   bool stream_out;  // param_out through non-temporal stores where aligned
@@ -298,6 +300,7 @@ HWY_INLINE Hoisted MakeHoisted(const KernelConstants& c, const KernelRange& r) {
       .scale_grad = r.grad_scale != 1.0f,
       .sr_k1 = r.sr_key.k1,
       .sr_k2 = r.sr_key.k2,
+      .sr_block_key = 0,
       .scale0 = 0.0f,
       .scale1 = 0.0f,
       // int8 codes always hold the root ([Note: int8 second moments]); so does the int8 scratch.
@@ -426,8 +429,9 @@ using VMax = hn::Vec<DI>;
 // Updates the two vectors of elements at i and i + lanes (`index`: element i's low 32 index
 // bits; `stream`: param_out through non-temporal stores). Two at a time, so 16-bit results are
 // packed with one permute (StoreHalves). The two are named values, not an array: GCC kept an
-// array of them on the stack.
-template <OptimizerKind K, DType G, int O, StateDType S>
+// array of them on the stack. kInBlock (bf16 states): all 2 * lanes indices lie in the 64K
+// block whose key is k.sr_block_key ([Note: hashing within a 64K block]).
+template <OptimizerKind K, DType G, int O, StateDType S, bool kInBlock = false>
 HWY_INLINE void Body2(const Hoisted& k, const Arrays& p, size_t i, uint32_t index, bool stream,
                       VMax& max0, VMax& max1) {
   const DF df;
@@ -455,10 +459,18 @@ HWY_INLINE void Body2(const Hoisted& k, const Arrays& p, size_t i, uint32_t inde
   namespace srv = sr::HWY_NAMESPACE;
   VU hash_a = hn::Zero(du), hash_b = hn::Zero(du);
   if constexpr (S == StateDType::kBF16) {
-    const VU k1 = hn::Set(du, k.sr_k1), k2 = hn::Set(du, k.sr_k2);
+    const VU k2 = hn::Set(du, k.sr_k2);
     const VU idx = hn::Add(hn::Iota(du, 0), hn::Set(du, index));
-    hash_a = srv::SrHashV(du, idx, k1, k2);
-    hash_b = srv::SrHashV(du, hn::Add(idx, hn::Set(du, uint32_t(lanes))), k1, k2);
+    const VU idx_b = hn::Add(idx, hn::Set(du, uint32_t(lanes)));
+    if constexpr (kInBlock) {
+      const VU block_key = hn::Set(du, k.sr_block_key);
+      hash_a = srv::SrHashInBlockV(du, idx, block_key, k2);
+      hash_b = srv::SrHashInBlockV(du, idx_b, block_key, k2);
+    } else {
+      const VU k1 = hn::Set(du, k.sr_k1);
+      hash_a = srv::SrHashV(du, idx, k1, k2);
+      hash_b = srv::SrHashV(du, idx_b, k1, k2);
+    }
   }
   if (HWY_LIKELY(!MayBeNaN<K>(w_a, w_b, s0_a, s0_b))) {
     StoreRounded<K, O, S, false>(k, p, i, stream, w_a, w_b, s0_a, s0_b, s1_a, s1_b, hash_a,
@@ -485,9 +497,31 @@ HWY_INLINE size_t Steps(const Hoisted& k, const Arrays& p, size_t n, uint32_t in
   const DF df;
   const size_t step = 2 * hn::Lanes(df);
   const bool stream = k.stream_out && StreamAligned(p.out);
+  const size_t whole = n - n % step;  // the end of the whole steps
   size_t i = 0;
-  for (; i + step <= n; i += step) {
-    Body2<K, G, O, S>(k, p, i, index_lo + static_cast<uint32_t>(i), stream, max0, max1);
+  if constexpr (S == StateDType::kBF16) {
+    // Block by block of 2^16 indices, each with its hoisted key ([Note: hashing within a 64K
+    // block]); a step that straddles a block boundary takes the whole hash.
+    while (i < whole) {
+      const uint32_t first = index_lo + static_cast<uint32_t>(i);
+      const size_t left_in_block = size_t{0x10000} - (first & 0xffffu);
+      const size_t end = std::min(whole, i + left_in_block / step * step);
+      if (end == i) {
+        Body2<K, G, O, S>(k, p, i, first, stream, max0, max1);
+        i += step;
+        continue;
+      }
+      Hoisted in_block = k;
+      in_block.sr_block_key = sr::SrBlockKey(sr::SrKey{k.sr_k1, k.sr_k2}, first >> 16);
+      for (; i < end; i += step) {
+        Body2<K, G, O, S, true>(in_block, p, i, index_lo + static_cast<uint32_t>(i), stream,
+                                max0, max1);
+      }
+    }
+  } else {
+    for (; i < whole; i += step) {
+      Body2<K, G, O, S>(k, p, i, index_lo + static_cast<uint32_t>(i), stream, max0, max1);
+    }
   }
   if (i == n) return i;
   constexpr size_t kMaxLanes = 2 * HWY_MAX_BYTES / sizeof(float);

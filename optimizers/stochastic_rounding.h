@@ -17,6 +17,14 @@
 // per such run in scalar code and the per-element part in 32-bit lanes (stochastic_rounding-inl.h).
 // The bf16 value is then the high half of (bits(x) + r): truncation after adding random low bits,
 // so its expectation is x.
+//
+// [Note: hashing within a 64K block] fmix32 opens with h ^= h >> 16, and for h = index ^ k1 the
+// high half h >> 16 = (index >> 16) ^ (k1 >> 16) is the same for every index of one aligned
+// block of 2^16. So within a block the first two operations fold into one xor with a block key,
+//   SrHash(key, index) = Fmix32Tail(index ^ SrBlockKey(key, index >> 16)) ^ k2,
+// the same bits with two fewer vector operations per element vector; the fused kernel hashes
+// whole vectors inside one block this way (SrHashInBlockV) and the vectors that straddle a block
+// boundary, like the codecs, with the whole fmix32.
 #pragma once
 
 #include <cstdint>
@@ -26,14 +34,16 @@ namespace zs::sr {
 
 using ::zs::SplitMix64;
 
-inline constexpr uint32_t Fmix32(uint32_t h) {
-  h ^= h >> 16;
+// fmix32 after its first step (h ^= h >> 16).
+inline constexpr uint32_t Fmix32Tail(uint32_t h) {
   h *= 0x85ebca6bu;
   h ^= h >> 13;
   h *= 0xc2b2ae35u;
   h ^= h >> 16;
   return h;
 }
+
+inline constexpr uint32_t Fmix32(uint32_t h) { return Fmix32Tail(h ^ (h >> 16)); }
 
 struct SrKey {
   uint32_t k1 = 0;
@@ -50,6 +60,17 @@ inline constexpr SrKey MakeSrKey(uint64_t seed, int64_t step, uint32_t index_hi)
 
 inline constexpr uint32_t SrHash(SrKey key, uint32_t index_lo) {
   return Fmix32(index_lo ^ key.k1) ^ key.k2;
+}
+
+// The key of the aligned block of 2^16 indices whose high 16 bits are `index_hi16` (< 2^16):
+// [Note: hashing within a 64K block].
+inline constexpr uint32_t SrBlockKey(SrKey key, uint32_t index_hi16) {
+  return key.k1 ^ (key.k1 >> 16) ^ index_hi16;
+}
+
+// SrHash of an index whose high 16 bits gave `block_key`.
+inline constexpr uint32_t SrHashInBlock(uint32_t block_key, SrKey key, uint32_t index_lo) {
+  return Fmix32Tail(index_lo ^ block_key) ^ key.k2;
 }
 
 inline constexpr uint32_t SrBits(SrKey key, int state_index, uint32_t index_lo) {

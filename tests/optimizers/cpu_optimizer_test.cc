@@ -14,6 +14,7 @@
 
 #include "hwy/targets.h"
 #include "optimizers/adamw_reference.h"
+#include "optimizers/optimizer_kernels.h"
 #include "optimizers/reference_optimizers.h"
 #include "optimizers/state_codec.h"
 
@@ -842,8 +843,11 @@ namespace zs {
 namespace {
 
 // [Note: fused bf16 states]: the in-register path equals decode -> fp32 update -> encode.
+// The shard spans three 64K blocks of indices (the kernel hashes each with its block key:
+// [Note: hashing within a 64K block]; the codec hashes every index in full), and its second
+// segment starts 5 short of a block boundary.
 TEST(CpuOptimizerTest, FusedBf16StatesEqualDecodeUpdateEncode) {
-  const int64_t n = 5003;
+  const int64_t n = 2 * 65536 + 5003;
   CpuOptimizer opt(2);
   const std::pair<OptimizerKind, float> kinds[] = {{OptimizerKind::kAdamW, 0.9f},
                                                    {OptimizerKind::kSgd, 0.9f},
@@ -870,7 +874,7 @@ TEST(CpuOptimizerTest, FusedBf16StatesEqualDecodeUpdateEncode) {
       fp32_state[k].resize(n);
       DecodeState(StateDType::kBF16, codes[k].data(), nullptr, 0, n, fp32_state[k].data());
     }
-    const std::vector<ShardSegment> segments = {{0, n / 2, 0.0f}, {n / 2, n, 0.1f}};
+    const std::vector<ShardSegment> segments = {{0, 65536 - 5, 0.0f}, {65536 - 5, n, 0.1f}};
     // A: fused.
     std::vector<float> master_a = master;
     ShardStep a;
@@ -898,6 +902,69 @@ TEST(CpuOptimizerTest, FusedBf16StatesEqualDecodeUpdateEncode) {
       EXPECT_EQ(encoded, codes[k]) << OptimizerKindName(kind) << " state " << k;
     }
   }
+}
+
+// CpuOptimizer's tiles never cross a 64K block of indices, but the kernel's contract allows any
+// range: one that starts 37 short of a block boundary (beyond 2^32) has, on every target, a step
+// of two vectors that straddles it and takes the whole hash. The fused bf16 path must still
+// equal the fp32 update followed by the codec's encode.
+TEST(CpuOptimizerTest, FusedBf16KernelRangeAcrossA64KBlock) {
+  const int64_t first = (int64_t{1} << 32) + 3 * 65536 - 37;
+  const int64_t n = 300;
+  const uint64_t seed = 41;
+  OptimizerHyper h;
+  h.kind = OptimizerKind::kAdamW;
+  h.lr = 1e-2f;
+  h.step = 4;
+  const internal::KernelConstants c = internal::MakeKernelConstants(h);
+  std::vector<float> master(n), grad(n), init[2];
+  for (int64_t i = 0; i < n; ++i) {
+    master[i] = std::sin(float(i) * 0.37f);
+    grad[i] = std::cos(float(i) * 0.11f) * 1e-2f;
+  }
+  std::vector<uint16_t> codes[2];
+  std::vector<float> fp32_state[2];
+  for (int k = 0; k < 2; ++k) {
+    init[k].resize(n);
+    for (int64_t i = 0; i < n; ++i) init[k][i] = 1e-3f * (1.5f + std::sin(float(i * (k + 3))));
+    codes[k].resize(n);
+    EncodeState(StateDType::kBF16, init[k].data(), first, n, codes[k].data(), nullptr, seed, 1, k);
+  }
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    internal::KernelRange a;
+    a.n = n;
+    std::vector<float> master_a = master, master_b = master;
+    std::vector<uint16_t> codes_a[2] = {codes[0], codes[1]};
+    a.master = master_a.data();
+    a.state0 = codes_a[0].data();
+    a.state1 = codes_a[1].data();
+    a.state_dtype = StateDType::kBF16;
+    a.sr_key = sr::MakeSrKey(seed, h.step, uint32_t(uint64_t(first) >> 32));
+    a.index_lo = uint32_t(first);
+    a.grad = grad.data();
+    a.weight_decay = 0.1f;
+    internal::RunOptimizerKernel(c, a);
+    internal::KernelRange b = a;
+    b.master = master_b.data();
+    for (int k = 0; k < 2; ++k) {
+      fp32_state[k].resize(n);
+      DecodeState(StateDType::kBF16, codes[k].data(), nullptr, first, n, fp32_state[k].data());
+    }
+    b.state0 = fp32_state[0].data();
+    b.state1 = fp32_state[1].data();
+    b.state_dtype = StateDType::kF32;
+    internal::RunOptimizerKernel(c, b);
+    EXPECT_EQ(std::memcmp(master_a.data(), master_b.data(), n * sizeof(float)), 0);
+    for (int k = 0; k < 2; ++k) {
+      std::vector<uint16_t> encoded(n);
+      EncodeState(StateDType::kBF16, fp32_state[k].data(), first, n, encoded.data(), nullptr,
+                  seed, h.step, k);
+      EXPECT_EQ(encoded, codes_a[k]) << "state " << k;
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 // NaN gradients whose payload is all ones propagate into m and v with that payload; the fused

@@ -1,6 +1,7 @@
 // Tests of optimizers/state_codec.h against plain scalar references, on every Highway target
 // this build generated and this CPU supports.
 #include "optimizers/state_codec.h"
+#include "optimizers/stochastic_rounding.h"
 
 #include <gtest/gtest.h>
 #include <hwy/targets.h>
@@ -138,6 +139,22 @@ TEST(StochasticRoundingBitsTest, SixteenBitsDeterministicAndKeyed) {
                  StochasticRoundingBits(7, 3, 1, i + (int64_t{1} << 32));
   }
   EXPECT_LE(same_high, 3);
+}
+
+// [Note: hashing within a 64K block]: the folded first step gives fmix32's bits for every index
+// of the block, its first and last included, under random keys.
+TEST(StochasticRoundingBitsTest, BlockKeyedHashEqualsTheWholeHash) {
+  std::mt19937_64 rng(17);
+  for (int trial = 0; trial < 64; ++trial) {
+    const sr::SrKey key = sr::MakeSrKey(rng(), int64_t(rng() % 1000), uint32_t(rng()));
+    const uint32_t hi = uint32_t(rng()) >> 16;
+    const uint32_t block_key = sr::SrBlockKey(key, hi);
+    for (uint32_t lo : {0u, 1u, 0xfffeu, 0xffffu, uint32_t(rng()) & 0xffffu}) {
+      const uint32_t index = (hi << 16) | lo;
+      ASSERT_EQ(sr::SrHashInBlock(block_key, key, index), sr::SrHash(key, index))
+          << "index " << index << " trial " << trial;
+    }
+  }
 }
 
 // ---- bf16 -------------------------------------------------------------------------------------
