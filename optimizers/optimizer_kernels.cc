@@ -54,16 +54,23 @@ HWY_INLINE hn::Mask<DU> GreaterU31(VU a, VU b) {
 
 // ---- gradient loads (exactly runtime/base/dtype.h's BF16ToFloat / F16ToFloat) --------------
 
+// The fp32 values of the lanes bf16 at `in`.
+HWY_INLINE VF WidenBF16(const uint16_t* in) {
+  const DF df;
+  const DU du;
+  const DU16 du16;
+  return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(du16, in))));
+}
+
+// f32 and f16 gradients (bf16 ones load two vectors at a time: LoadGrad2).
 template <DType G>
 HWY_INLINE VF LoadGrad(const void* grad, size_t i) {
   const DF df;
   const DU du;
   const DU16 du16;
+  static_assert(G != DType::kBF16);
   if constexpr (G == DType::kF32) {
     return hn::LoadU(df, static_cast<const float*>(grad) + i);
-  } else if constexpr (G == DType::kBF16) {
-    const auto h = hn::PromoteTo(du, hn::LoadU(du16, static_cast<const uint16_t*>(grad) + i));
-    return hn::BitCast(df, hn::ShiftLeft<16>(h));
   } else {
     const DI di;
     const VU h = hn::PromoteTo(du, hn::LoadU(du16, static_cast<const uint16_t*>(grad) + i));
@@ -78,6 +85,39 @@ HWY_INLINE VF LoadGrad(const void* grad, size_t i) {
         hn::IfThenElse(GreaterU31(exp_man, hn::Set(du, 0x3ffu)), normal, hn::BitCast(du, sub));
     bits = hn::IfThenElse(GreaterU31(exp_man, hn::Set(du, 0x7bffu)), inf_nan, bits);
     return hn::BitCast(df, hn::Or(bits, sign));
+  }
+}
+
+// ---- bf16 loads, two vectors at a time ------------------------------------------------------
+
+// The fp32 values of the 2 * lanes bf16 at `in`: a from in[0, lanes), b from in[lanes, 2 lanes).
+// On AVX-512 one load and one zero-masked word permute per vector put each bf16 in the upper
+// half of its lane, where the one-vector widening takes a zero-extension and a shift.
+HWY_INLINE void WidenBF16Pair(const uint16_t* in, VF& a, VF& b) {
+#if HWY_TARGET == HWY_AVX3
+  const __m512i x = _mm512_loadu_si512(in);
+  // Word 2j + 1 of a takes word j of x, word 2j + 1 of b word 16 + j; even words become zero.
+  const __m512i lo = _mm512_setr_epi32(0 << 16, 1 << 16, 2 << 16, 3 << 16, 4 << 16, 5 << 16,
+                                       6 << 16, 7 << 16, 8 << 16, 9 << 16, 10 << 16, 11 << 16,
+                                       12 << 16, 13 << 16, 14 << 16, 15 << 16);
+  const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(16 << 16));
+  constexpr __mmask32 kOddWords = 0xaaaaaaaau;
+  a = VF{_mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(kOddWords, lo, x))};
+  b = VF{_mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(kOddWords, hi, x))};
+#else
+  a = WidenBF16(in);
+  b = WidenBF16(in + hn::Lanes(DF()));
+#endif
+}
+
+// The scaled-by-nothing gradients of the two vectors at i and i + lanes.
+template <DType G>
+HWY_INLINE void LoadGrad2(const void* grad, size_t i, VF& a, VF& b) {
+  if constexpr (G == DType::kBF16) {
+    WidenBF16Pair(static_cast<const uint16_t*>(grad) + i, a, b);
+  } else {
+    a = LoadGrad<G>(grad, i);
+    b = LoadGrad<G>(grad, i + hn::Lanes(DF()));
   }
 }
 
@@ -211,16 +251,23 @@ constexpr size_t StateOutBytes() {
 template <StateDType S>
 HWY_INLINE VF LoadState(const void* state, size_t i, VF scale) {
   const DF df;
-  if constexpr (S == StateDType::kBF16) {
-    const DU du;
-    const DU16 du16;
-    const VU h = hn::PromoteTo(du, hn::LoadU(du16, static_cast<const uint16_t*>(state) + i));
-    return hn::BitCast(df, hn::ShiftLeft<16>(h));
-  } else if constexpr (S == StateDType::kInt8) {
+  static_assert(S != StateDType::kBF16);  // two vectors at a time: LoadState2
+  if constexpr (S == StateDType::kInt8) {
     return int8q::HWY_NAMESPACE::DecodeInt8V(df, static_cast<const int8_t*>(state) + i, scale);
   } else {
     (void)scale;
     return hn::LoadU(df, static_cast<const float*>(state) + i);
+  }
+}
+
+// The values of a state at the two vectors i and i + lanes.
+template <StateDType S>
+HWY_INLINE void LoadState2(const void* state, size_t i, VF scale, VF& a, VF& b) {
+  if constexpr (S == StateDType::kBF16) {
+    WidenBF16Pair(static_cast<const uint16_t*>(state) + i, a, b);
+  } else {
+    a = LoadState<S>(state, i, scale);
+    b = LoadState<S>(state, i + hn::Lanes(DF()), scale);
   }
 }
 
@@ -327,18 +374,24 @@ struct Arrays {
   void* out;
 };
 
-// The values of one vector of elements at `at`: the master weights, the scaled gradient and
-// the states.
+// The values of the two vectors of elements at i (a) and i + lanes (b): the master weights,
+// the scaled gradients and the states (zero where the kind does not read one).
 template <OptimizerKind K, DType G, StateDType S>
-HWY_INLINE void Load(const Hoisted& k, const Arrays& p, size_t at, VF& w, VF& g, VF& s0,
-                     VF& s1) {
+HWY_INLINE void Load2(const Hoisted& k, const Arrays& p, size_t i, VF& w_a, VF& g_a, VF& s0_a,
+                      VF& s1_a, VF& w_b, VF& g_b, VF& s0_b, VF& s1_b) {
   const DF df;
-  w = hn::LoadU(df, p.master + at);
-  g = LoadGrad<G>(p.grad, at);
-  if (k.scale_grad) g = hn::Mul(g, hn::Set(df, k.grad_scale));
-  s0 = k.reads_s0 ? LoadState<S>(p.s0_in, at, hn::Set(df, k.scale0)) : hn::Zero(df);
-  s1 = NumKernelStates<K>() == 2 ? LoadState<S>(p.s1_in, at, hn::Set(df, k.scale1))
-                                 : hn::Zero(df);
+  w_a = hn::LoadU(df, p.master + i);
+  w_b = hn::LoadU(df, p.master + i + hn::Lanes(df));
+  LoadGrad2<G>(p.grad, i, g_a, g_b);
+  if (k.scale_grad) {
+    g_a = hn::Mul(g_a, hn::Set(df, k.grad_scale));
+    g_b = hn::Mul(g_b, hn::Set(df, k.grad_scale));
+  }
+  s0_a = s0_b = s1_a = s1_b = hn::Zero(df);
+  if (k.reads_s0) LoadState2<S>(p.s0_in, i, hn::Set(df, k.scale0), s0_a, s0_b);
+  if constexpr (NumKernelStates<K>() == 2) {
+    LoadState2<S>(p.s1_in, i, hn::Set(df, k.scale1), s1_a, s1_b);
+  }
 }
 
 // Updates one vector's values: leaves the new weights in w and the states to store in s0, s1.
@@ -441,8 +494,7 @@ HWY_INLINE void Body2(const Hoisted& k, const Arrays& p, size_t i, uint32_t inde
   // the second vector's loads early (load, update, load, update measured 3-5% slower in L2).
   VF w_a = hn::Zero(df), g_a = w_a, s0_a = w_a, s1_a = w_a;
   VF w_b = w_a, g_b = w_a, s0_b = w_a, s1_b = w_a;
-  Load<K, G, S>(k, p, i, w_a, g_a, s0_a, s1_a);
-  Load<K, G, S>(k, p, i + lanes, w_b, g_b, s0_b, s1_b);
+  Load2<K, G, S>(k, p, i, w_a, g_a, s0_a, s1_a, w_b, g_b, s0_b, s1_b);
   Update<K>(k, w_a, g_a, s0_a, s1_a);
   Update<K>(k, w_b, g_b, s0_b, s1_b);
   if constexpr (S == StateDType::kInt8) {
