@@ -347,7 +347,7 @@ struct Hoisted {
   float grad_scale;
   bool scale_grad;  // grad_scale != 1: x * 1 is x, so unscaled gradients skip the multiply
   uint32_t sr_k1, sr_k2;  // bf16 states: the range's stochastic-rounding key
-  uint32_t sr_block_key;  // bf16 states: SrBlockKey of the current 64K block (set per block)
+  uint32_t sr_block_key;  // bf16 states: the current 64K block's SrBlockKey & -2 lanes
   float scale0, scale1;   // int8 states: the current block's scales (set per block)
   bool as_root, reads_s0, writes_s0, sgd_momentum, sgd_first_step, nesterov;
   bool stream_out;  // param_out through non-temporal stores where aligned
@@ -511,11 +511,12 @@ using VMax = hn::Vec<DI>;
 // Updates the two vectors of elements at i and i + lanes (`index`: element i's low 32 index
 // bits; `stream`: param_out through non-temporal stores). Two at a time, so 16-bit results are
 // packed with one permute (StoreHalves). The two are named values, not an array: GCC kept an
-// array of them on the stack. kInBlock (bf16 states): all 2 * lanes indices lie in the 64K
-// block whose key is k.sr_block_key ([Note: hashing within a 64K block]).
+// array of them on the stack. kInBlock (bf16 states): `index` is a multiple of 2 * lanes in
+// the 64K block of k.sr_block_key, and lane_a, lane_b are the block's lane products
+// ([Note: hashing within a 64K block]); otherwise they are unused.
 template <OptimizerKind K, DType G, int O, StateDType S, bool kInBlock = false>
 HWY_INLINE void Body2(const Hoisted& k, const Arrays& p, size_t i, uint32_t index, bool stream,
-                      VMax& max0, VMax& max1) {
+                      VMax& max0, VMax& max1, VU lane_a, VU lane_b) {
   const DF df;
   const DU du;
   const size_t lanes = hn::Lanes(df);
@@ -541,16 +542,15 @@ HWY_INLINE void Body2(const Hoisted& k, const Arrays& p, size_t i, uint32_t inde
   VU hash_a = hn::Zero(du), hash_b = hn::Zero(du);
   if constexpr (S == StateDType::kBF16) {
     const VU k2 = hn::Set(du, k.sr_k2);
-    const VU idx = hn::Add(hn::Iota(du, 0), hn::Set(du, index));
-    const VU idx_b = hn::Add(idx, hn::Set(du, uint32_t(lanes)));
     if constexpr (kInBlock) {
-      const VU block_key = hn::Set(du, k.sr_block_key);
-      hash_a = srv::SrHashInBlockV(du, idx, block_key, k2);
-      hash_b = srv::SrHashInBlockV(du, idx_b, block_key, k2);
+      const VU base = hn::Set(du, (index ^ k.sr_block_key) * sr::kFmix32C1);
+      hash_a = srv::SrHashFromProductV(du, hn::Add(base, lane_a), k2);
+      hash_b = srv::SrHashFromProductV(du, hn::Add(base, lane_b), k2);
     } else {
       const VU k1 = hn::Set(du, k.sr_k1);
+      const VU idx = hn::Add(hn::Iota(du, 0), hn::Set(du, index));
       hash_a = srv::SrHashV(du, idx, k1, k2);
-      hash_b = srv::SrHashV(du, idx_b, k1, k2);
+      hash_b = srv::SrHashV(du, hn::Add(idx, hn::Set(du, uint32_t(lanes))), k1, k2);
     }
   }
   if (HWY_LIKELY(!MayBeNaN<K>(w_a, w_b, s0_a, s0_b))) {
@@ -569,49 +569,18 @@ uint8_t* At(void* p, size_t bytes) {
   return p == nullptr ? nullptr : static_cast<uint8_t*>(p) + bytes;
 }
 
-// Runs elements [0, n) of `p` through Body2: whole steps of two vectors, then the remainder
-// through the same body on a padded copy ([Note: identical tails]). Returns the number of
-// elements done in whole steps, the ones max0 / max1 cover (int8 states).
+// Runs elements [i, i + count) of `p`, fewer than a step, through Body2 on a padded copy
+// ([Note: identical tails]); `index`: element i's low 32 index bits. max0 / max1 are copies:
+// the padding's lanes must not count.
 template <OptimizerKind K, DType G, int O, StateDType S>
-HWY_INLINE size_t Steps(const Hoisted& k, const Arrays& p, size_t n, uint32_t index_lo,
-                        VMax& max0, VMax& max1) {
-  const DF df;
-  const size_t step = 2 * hn::Lanes(df);
-  const bool stream = k.stream_out && StreamAligned(p.out);
-  const size_t whole = n - n % step;  // the end of the whole steps
-  size_t i = 0;
-  if constexpr (S == StateDType::kBF16) {
-    // Block by block of 2^16 indices, each with its hoisted key ([Note: hashing within a 64K
-    // block]); a step that straddles a block boundary takes the whole hash.
-    while (i < whole) {
-      const uint32_t first = index_lo + static_cast<uint32_t>(i);
-      const size_t left_in_block = size_t{0x10000} - (first & 0xffffu);
-      const size_t end = std::min(whole, i + left_in_block / step * step);
-      if (end == i) {
-        Body2<K, G, O, S>(k, p, i, first, stream, max0, max1);
-        i += step;
-        continue;
-      }
-      Hoisted in_block = k;
-      in_block.sr_block_key = sr::SrBlockKey(sr::SrKey{k.sr_k1, k.sr_k2}, first >> 16);
-      for (; i < end; i += step) {
-        Body2<K, G, O, S, true>(in_block, p, i, index_lo + static_cast<uint32_t>(i), stream,
-                                max0, max1);
-      }
-    }
-  } else {
-    for (; i < whole; i += step) {
-      Body2<K, G, O, S>(k, p, i, index_lo + static_cast<uint32_t>(i), stream, max0, max1);
-    }
-  }
-  if (i == n) return i;
+HWY_INLINE void PaddedStep(const Hoisted& k, const Arrays& p, size_t i, size_t count,
+                           uint32_t index, VMax max0, VMax max1) {
   constexpr size_t kMaxLanes = 2 * HWY_MAX_BYTES / sizeof(float);
   HWY_ALIGN float master[kMaxLanes] = {};
   HWY_ALIGN uint8_t s_in[2][kMaxLanes * sizeof(float)] = {};
   HWY_ALIGN uint8_t s_out[2][kMaxLanes * sizeof(float)] = {};
   HWY_ALIGN uint8_t grad[kMaxLanes * sizeof(float)] = {};
   HWY_ALIGN uint8_t out[kMaxLanes * sizeof(float)] = {};
-  const size_t count = n - i;
   const size_t grad_size = DTypeSize(G);
   constexpr size_t in_size = StateInBytes<S>(), out_size = StateOutBytes<S>();
   const void* const in[2] = {p.s0_in, p.s1_in};
@@ -622,9 +591,9 @@ HWY_INLINE size_t Steps(const Hoisted& k, const Arrays& p, size_t n, uint32_t in
   }
   std::memcpy(grad, At(p.grad, i * grad_size), count * grad_size);
   const Arrays padded{master, s_in[0], s_in[1], s_out[0], s_out[1], grad, out};
-  VMax padded_max0 = max0, padded_max1 = max1;  // the padding's lanes must not count
-  Body2<K, G, O, S>(k, padded, 0, index_lo + static_cast<uint32_t>(i), /*stream=*/false,
-                    padded_max0, padded_max1);
+  const DU du;
+  Body2<K, G, O, S>(k, padded, 0, index, /*stream=*/false, max0, max1, hn::Zero(du),
+                    hn::Zero(du));
   std::memcpy(p.master + i, master, count * sizeof(float));
   for (int s = 0; s < 2; ++s) {
     if (dst[s] != nullptr) std::memcpy(At(dst[s], i * out_size), s_out[s], count * out_size);
@@ -633,7 +602,57 @@ HWY_INLINE size_t Steps(const Hoisted& k, const Arrays& p, size_t n, uint32_t in
     const size_t param_size = DTypeSize(static_cast<DType>(O));
     std::memcpy(At(p.out, i * param_size), out, count * param_size);
   }
-  return i;
+}
+
+// Runs elements [0, n) of `p` through Body2: whole steps of two vectors, then the remainder
+// through the padded step. With bf16 states the whole steps start at an index that is a
+// multiple of the step, and go block by block of 2^16 indices, each with its hoisted keys
+// ([Note: hashing within a 64K block]); the elements before that index take the padded step
+// too. Returns where the whole steps end (int8 states, which start at index 0: the elements
+// max0 / max1 cover).
+template <OptimizerKind K, DType G, int O, StateDType S>
+HWY_INLINE size_t Steps(const Hoisted& k, const Arrays& p, size_t n, uint32_t index_lo,
+                        VMax& max0, VMax& max1) {
+  const DF df;
+  const DU du;
+  const size_t lanes = hn::Lanes(df);
+  const size_t step = 2 * lanes;
+  constexpr size_t kParamBytes = O == kParamNone ? 0 : DTypeSize(static_cast<DType>(O));
+  size_t i = 0;
+  if constexpr (S == StateDType::kBF16) {
+    const uint32_t below_step = static_cast<uint32_t>(step - 1);
+    i = std::min(n, size_t{(0u - index_lo) & below_step});
+    if (i != 0) PaddedStep<K, G, O, S>(k, p, 0, i, index_lo, max0, max1);
+  }
+  const size_t whole = i + (n - i) / step * step;  // the end of the whole steps
+  const bool stream = k.stream_out && StreamAligned(At(p.out, i * kParamBytes));
+  if constexpr (S == StateDType::kBF16) {
+    const uint32_t below_step = static_cast<uint32_t>(step - 1);
+    while (i < whole) {
+      const uint32_t first = index_lo + static_cast<uint32_t>(i);  // a multiple of step
+      const size_t end = std::min(whole, i + (size_t{0x10000} - (first & 0xffffu)));
+      const uint32_t block_key = sr::SrBlockKey(sr::SrKey{k.sr_k1, k.sr_k2}, first >> 16);
+      Hoisted in_block = k;
+      in_block.sr_block_key = block_key & ~below_step;
+      const VU low = hn::Set(du, block_key & below_step);
+      const VU c1 = hn::Set(du, sr::kFmix32C1);
+      const VU lane_a = hn::Mul(hn::Xor(hn::Iota(du, 0), low), c1);
+      const VU lane_b = hn::Mul(hn::Xor(hn::Iota(du, static_cast<uint32_t>(lanes)), low), c1);
+      for (; i < end; i += step) {
+        Body2<K, G, O, S, true>(in_block, p, i, index_lo + static_cast<uint32_t>(i), stream,
+                                max0, max1, lane_a, lane_b);
+      }
+    }
+  } else {
+    for (; i < whole; i += step) {
+      Body2<K, G, O, S>(k, p, i, index_lo + static_cast<uint32_t>(i), stream, max0, max1,
+                        hn::Zero(du), hn::Zero(du));
+    }
+  }
+  if (i < n) {
+    PaddedStep<K, G, O, S>(k, p, i, n - i, index_lo + static_cast<uint32_t>(i), max0, max1);
+  }
+  return whole;
 }
 
 // fp32 states in place and bf16 states in registers ([Note: fused bf16 states]).

@@ -15,18 +15,18 @@ namespace zs::sr {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Fmix32Tail lane by lane.
+// Fmix32AfterMul lane by lane.
 template <class DU>
-HWY_INLINE hn::Vec<DU> Fmix32TailV(DU du, hn::Vec<DU> h) {
-  h = hn::Mul(h, hn::Set(du, 0x85ebca6bu));
+HWY_INLINE hn::Vec<DU> Fmix32AfterMulV(DU du, hn::Vec<DU> h) {
   h = hn::Xor(h, hn::ShiftRight<13>(h));
-  h = hn::Mul(h, hn::Set(du, 0xc2b2ae35u));
+  h = hn::Mul(h, hn::Set(du, kFmix32C2));
   return hn::Xor(h, hn::ShiftRight<16>(h));
 }
 
 template <class DU>
 HWY_INLINE hn::Vec<DU> Fmix32V(DU du, hn::Vec<DU> h) {
-  return Fmix32TailV(du, hn::Xor(h, hn::ShiftRight<16>(h)));
+  h = hn::Xor(h, hn::ShiftRight<16>(h));
+  return Fmix32AfterMulV(du, hn::Mul(h, hn::Set(du, kFmix32C1)));
 }
 
 // The 32-bit hashes of indices `idx` (low 32 bits) under `key`: SrHash lane by lane.
@@ -40,12 +40,11 @@ HWY_INLINE hn::Vec<DU> SrHashV(DU du, hn::Vec<DU> idx, SrKey key) {
   return SrHashV(du, idx, hn::Set(du, key.k1), hn::Set(du, key.k2));
 }
 
-// The same hashes for indices that all lie in the aligned block of 2^16 whose SrBlockKey is
-// broadcast in `block_key` ([Note: hashing within a 64K block]).
+// SrHashSplit lane by lane, from the sums of its two products (`product`); k2 broadcast
+// ([Note: hashing within a 64K block]).
 template <class DU>
-HWY_INLINE hn::Vec<DU> SrHashInBlockV(DU du, hn::Vec<DU> idx, hn::Vec<DU> block_key,
-                                      hn::Vec<DU> k2) {
-  return hn::Xor(Fmix32TailV(du, hn::Xor(idx, block_key)), k2);
+HWY_INLINE hn::Vec<DU> SrHashFromProductV(DU du, hn::Vec<DU> product, hn::Vec<DU> k2) {
+  return hn::Xor(Fmix32AfterMulV(du, product), k2);
 }
 
 // State `state_index`'s 16 random bits from the hashes (SrBits).

@@ -18,13 +18,20 @@
 // The bf16 value is then the high half of (bits(x) + r): truncation after adding random low bits,
 // so its expectation is x.
 //
-// [Note: hashing within a 64K block] fmix32 opens with h ^= h >> 16, and for h = index ^ k1 the
-// high half h >> 16 = (index >> 16) ^ (k1 >> 16) is the same for every index of one aligned
-// block of 2^16. So within a block the first two operations fold into one xor with a block key,
-//   SrHash(key, index) = Fmix32Tail(index ^ SrBlockKey(key, index >> 16)) ^ k2,
-// the same bits with two fewer vector operations per element vector; the fused kernel hashes
-// whole vectors inside one block this way (SrHashInBlockV) and the vectors that straddle a block
-// boundary, like the codecs, with the whole fmix32.
+// [Note: hashing within a 64K block] Two identities give the fused kernel fmix32's bits for less:
+// - fmix32 opens with h ^= h >> 16, and for h = index ^ k1 the high half (index >> 16) ^
+//   (k1 >> 16) is the same for every index of one aligned block of 2^16. Within a block the
+//   first two operations fold into one xor with the block key bk = SrBlockKey(key, index >> 16):
+//     SrHash(key, index) = Fmix32Tail(index ^ bk) ^ k2.
+// - For index = base + lane with base a multiple of a power of two W > lane, the bits of base
+//   and lane do not overlap, so index ^ bk = (base ^ (bk & -W)) + (lane ^ (bk & (W - 1))), and
+//   fmix32's first multiplication distributes over that sum (mod 2^32):
+//     (index ^ bk) * C1 = (base ^ (bk & -W)) * C1 + (lane ^ (bk & (W - 1))) * C1.
+//   The second product depends only on the lane and the block: the kernel computes it once per
+//   block, and per step of W = 2 vectors one scalar product, broadcast and added (SrHashSplit).
+//   That replaces an xor and a vector multiply per vector, and the xor-shift of the first point.
+// The kernel starts its whole steps at indices that are multiples of W, so none straddles a
+// block, and runs the elements before the first one, like the codecs, through the whole fmix32.
 #pragma once
 
 #include <cstdint>
@@ -34,14 +41,19 @@ namespace zs::sr {
 
 using ::zs::SplitMix64;
 
-// fmix32 after its first step (h ^= h >> 16).
-inline constexpr uint32_t Fmix32Tail(uint32_t h) {
-  h *= 0x85ebca6bu;
+inline constexpr uint32_t kFmix32C1 = 0x85ebca6bu;
+inline constexpr uint32_t kFmix32C2 = 0xc2b2ae35u;
+
+// fmix32 after its first multiplication.
+inline constexpr uint32_t Fmix32AfterMul(uint32_t h) {
   h ^= h >> 13;
-  h *= 0xc2b2ae35u;
+  h *= kFmix32C2;
   h ^= h >> 16;
   return h;
 }
+
+// fmix32 after its first step (h ^= h >> 16).
+inline constexpr uint32_t Fmix32Tail(uint32_t h) { return Fmix32AfterMul(h * kFmix32C1); }
 
 inline constexpr uint32_t Fmix32(uint32_t h) { return Fmix32Tail(h ^ (h >> 16)); }
 
@@ -68,9 +80,13 @@ inline constexpr uint32_t SrBlockKey(SrKey key, uint32_t index_hi16) {
   return key.k1 ^ (key.k1 >> 16) ^ index_hi16;
 }
 
-// SrHash of an index whose high 16 bits gave `block_key`.
-inline constexpr uint32_t SrHashInBlock(uint32_t block_key, SrKey key, uint32_t index_lo) {
-  return Fmix32Tail(index_lo ^ block_key) ^ key.k2;
+// SrHash of index_lo = base + lane in the block whose key is `block_key`, where base is a
+// multiple of the power of two `width` > lane: the fused kernel's form of it.
+inline constexpr uint32_t SrHashSplit(uint32_t block_key, SrKey key, uint32_t base, uint32_t lane,
+                                      uint32_t width) {
+  const uint32_t base_product = (base ^ (block_key & ~(width - 1))) * kFmix32C1;
+  const uint32_t lane_product = (lane ^ (block_key & (width - 1))) * kFmix32C1;
+  return Fmix32AfterMul(base_product + lane_product) ^ key.k2;
 }
 
 inline constexpr uint32_t SrBits(SrKey key, int state_index, uint32_t index_lo) {

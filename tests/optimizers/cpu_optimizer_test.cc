@@ -904,10 +904,11 @@ TEST(CpuOptimizerTest, FusedBf16StatesEqualDecodeUpdateEncode) {
   }
 }
 
-// CpuOptimizer's tiles never cross a 64K block of indices, but the kernel's contract allows any
-// range: one that starts 37 short of a block boundary (beyond 2^32) has, on every target, a step
-// of two vectors that straddles it and takes the whole hash. The fused bf16 path must still
-// equal the fp32 update followed by the codec's encode.
+// CpuOptimizer's tiles start at aligned indices and never cross a 64K block, but the kernel's
+// contract allows any range. One that starts 37 short of a block boundary beyond 2^32 runs its
+// unaligned first elements through the padded step (the whole hash) and then crosses into the
+// next block with a new block key ([Note: hashing within a 64K block]), on every target. The
+// fused bf16 path must still equal the fp32 update followed by the codec's encode.
 TEST(CpuOptimizerTest, FusedBf16KernelRangeAcrossA64KBlock) {
   const int64_t first = (int64_t{1} << 32) + 3 * 65536 - 37;
   const int64_t n = 300;

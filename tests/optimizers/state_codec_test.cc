@@ -141,18 +141,24 @@ TEST(StochasticRoundingBitsTest, SixteenBitsDeterministicAndKeyed) {
   EXPECT_LE(same_high, 3);
 }
 
-// [Note: hashing within a 64K block]: the folded first step gives fmix32's bits for every index
-// of the block, its first and last included, under random keys.
-TEST(StochasticRoundingBitsTest, BlockKeyedHashEqualsTheWholeHash) {
+// [Note: hashing within a 64K block]: the fused kernel's split form gives fmix32's bits for
+// every lane of a step of any power-of-two width, at the first and last steps of a block and at
+// random ones, under random keys.
+TEST(StochasticRoundingBitsTest, SplitBlockHashEqualsTheWholeHash) {
   std::mt19937_64 rng(17);
   for (int trial = 0; trial < 64; ++trial) {
     const sr::SrKey key = sr::MakeSrKey(rng(), int64_t(rng() % 1000), uint32_t(rng()));
     const uint32_t hi = uint32_t(rng()) >> 16;
     const uint32_t block_key = sr::SrBlockKey(key, hi);
-    for (uint32_t lo : {0u, 1u, 0xfffeu, 0xffffu, uint32_t(rng()) & 0xffffu}) {
-      const uint32_t index = (hi << 16) | lo;
-      ASSERT_EQ(sr::SrHashInBlock(block_key, key, index), sr::SrHash(key, index))
-          << "index " << index << " trial " << trial;
+    for (uint32_t width = 1; width <= 256; width *= 2) {
+      for (uint32_t lo : {0u, 0x10000u - width, uint32_t(rng()) & 0xffffu & ~(width - 1)}) {
+        const uint32_t base = (hi << 16) | lo;
+        for (uint32_t lane = 0; lane < width; ++lane) {
+          ASSERT_EQ(sr::SrHashSplit(block_key, key, base, lane, width),
+                    sr::SrHash(key, base + lane))
+              << "base " << base << " lane " << lane << " width " << width;
+        }
+      }
     }
   }
 }
