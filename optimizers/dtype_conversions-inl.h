@@ -98,7 +98,7 @@ HWY_INLINE void WidenBF16Pair(const uint16_t* in, VF& a, VF& b) {
 #endif
 }
 
-// The scaled-by-nothing gradients of the two vectors at i and i + lanes.
+// The gradients (not yet scaled) of the two vectors at i and i + lanes.
 template <DType G>
 HWY_INLINE void LoadGrad2(const void* grad, size_t i, VF& a, VF& b) {
   if constexpr (G == DType::kBF16) {
@@ -123,6 +123,16 @@ HWY_INLINE hn::Vec<DU16x2> Pack16(VU lo, VU hi) {
   if constexpr (kUpper) return hn::ConcatOdd(d16, hn::BitCast(d16, hi), hn::BitCast(d16, lo));
   return hn::ConcatEven(d16, hn::BitCast(d16, hi), hn::BitCast(d16, lo));
 }
+
+// Stores one full vector of 16-bit values, non-temporally when `stream`.
+HWY_INLINE void StorePacked16(hn::Vec<DU16x2> packed, uint16_t* out, bool stream) {
+  const DU16x2 d16;
+  if (stream) {
+    hn::Stream(packed, d16, out);
+  } else {
+    hn::StoreU(packed, d16, out);
+  }
+}
 #endif
 
 template <bool kUpper>
@@ -136,13 +146,7 @@ HWY_INLINE void StoreHalves(VU lo, VU hi, uint16_t* out, bool stream) {
   hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, lo16)), du16, out);
   hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, hi16)), du16, out + 1);
 #else
-  const DU16x2 d16;
-  const auto packed = Pack16<kUpper>(lo, hi);
-  if (stream) {
-    hn::Stream(packed, d16, out);
-  } else {
-    hn::StoreU(packed, d16, out);
-  }
+  StorePacked16(Pack16<kUpper>(lo, hi), out, stream);
 #endif
 }
 HWY_INLINE void StoreUpperHalves(VU lo, VU hi, uint16_t* out, bool stream = false) {
@@ -233,13 +237,7 @@ HWY_INLINE void StoreParams(VF w0, VF w1, void* out, size_t i, bool stream) {
   } else if constexpr (O == int(DType::kBF16)) {
 #if HWY_TARGET == HWY_AVX3
     if constexpr (!kNaN) {
-      const auto packed = BF16NearestPacked(w0, w1);
-      uint16_t* p = static_cast<uint16_t*>(out) + i;
-      if (stream) {
-        hn::Stream(packed, DU16x2(), p);
-      } else {
-        hn::StoreU(packed, DU16x2(), p);
-      }
+      StorePacked16(BF16NearestPacked(w0, w1), static_cast<uint16_t*>(out) + i, stream);
       return;
     }
 #endif

@@ -394,16 +394,15 @@ HWY_INLINE size_t Steps(const Hoisted& k, const Arrays& p, size_t n, uint32_t in
   const size_t lanes = hn::Lanes(df);
   const size_t step = 2 * lanes;
   constexpr size_t kParamBytes = O == kParamNone ? 0 : DTypeSize(static_cast<DType>(O));
+  [[maybe_unused]] const uint32_t below_step = static_cast<uint32_t>(step - 1);
   size_t i = 0;
   if constexpr (S == StateDType::kBF16) {
-    const uint32_t below_step = static_cast<uint32_t>(step - 1);
     i = std::min(n, size_t{(0u - index_lo) & below_step});
     if (i != 0) PaddedStep<K, G, O, S>(k, p, 0, i, index_lo, max0, max1);
   }
   const size_t whole = i + (n - i) / step * step;  // the end of the whole steps
   const bool stream = k.stream_out && StreamAligned(At(p.out, i * kParamBytes));
   if constexpr (S == StateDType::kBF16) {
-    const uint32_t below_step = static_cast<uint32_t>(step - 1);
     while (i < whole) {
       const uint32_t first = index_lo + static_cast<uint32_t>(i);  // a multiple of step
       const size_t end = std::min(whole, i + (size_t{0x10000} - (first & 0xffffu)));

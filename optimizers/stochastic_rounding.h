@@ -22,7 +22,7 @@
 // - fmix32 opens with h ^= h >> 16, and for h = index ^ k1 the high half (index >> 16) ^
 //   (k1 >> 16) is the same for every index of one aligned block of 2^16. Within a block the
 //   first two operations fold into one xor with the block key bk = SrBlockKey(key, index >> 16):
-//     SrHash(key, index) = Fmix32Tail(index ^ bk) ^ k2.
+//     SrHash(key, index) = Fmix32AfterMul((index ^ bk) * C1) ^ k2.
 // - For index = base + lane with base a multiple of a power of two W > lane, the bits of base
 //   and lane do not overlap, so index ^ bk = (base ^ (bk & -W)) + (lane ^ (bk & (W - 1))), and
 //   fmix32's first multiplication distributes over that sum (mod 2^32):
@@ -52,10 +52,7 @@ inline constexpr uint32_t Fmix32AfterMul(uint32_t h) {
   return h;
 }
 
-// fmix32 after its first step (h ^= h >> 16).
-inline constexpr uint32_t Fmix32Tail(uint32_t h) { return Fmix32AfterMul(h * kFmix32C1); }
-
-inline constexpr uint32_t Fmix32(uint32_t h) { return Fmix32Tail(h ^ (h >> 16)); }
+inline constexpr uint32_t Fmix32(uint32_t h) { return Fmix32AfterMul((h ^ (h >> 16)) * kFmix32C1); }
 
 struct SrKey {
   uint32_t k1 = 0;
