@@ -26,6 +26,12 @@
 // shard with both kinds of store, alternating which goes first; its time is the streamed
 // step's, `speedup_vs_cached` = the cached steps' total time / the streamed steps'.
 //
+// Software prefetch ([Note: software prefetch] in optimizers/optimizer_spec.h) is on where
+// CpuOptimizer::PrefetchElements says (the label says "prefetch N");
+// --prefetch_elements=-1|0|N sets it for every shard. BM_PrefetchVsNone/... (every case): each
+// iteration steps the shard with and without prefetching, alternating which goes first; its
+// time is the prefetching step's, `speedup_vs_no_prefetch` = the other's total / its total.
+//
 // The goal table (add --simd=AVX2 etc. to pin a Highway target):
 //   build/bin/bench_optimizers --benchmark_filter='params:200000000/threads:2'
 //       --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
@@ -41,6 +47,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -89,6 +96,8 @@ void ParallelTiles(int threads, int64_t n, const std::function<void(int64_t, int
 
 // ShardStep::param_out_stores of every shard (--param_out_stores).
 ParamOutStores g_param_out_stores = ParamOutStores::kAuto;
+// ShardStep::prefetch_elements of every shard (--prefetch_elements).
+int64_t g_prefetch_elements = kAutoPrefetch;
 
 struct Shard {
   OptimizerHyper hyper;
@@ -161,6 +170,7 @@ std::unique_ptr<Shard> MakeShard(OptimizerKind kind, StateDType type, int64_t n,
   st.param_out = s->param_out->data;
   st.param_dtype = DType::kBF16;
   st.param_out_stores = g_param_out_stores;
+  st.prefetch_elements = g_prefetch_elements;
   st.segments = s->segments;
   st.seed = 7;
   return s;
@@ -203,7 +213,10 @@ void Report(benchmark::State& state, const Shard& s) {
   state.SetLabel(std::string(OptimizerKindName(s.hyper.kind)) + " " +
                  std::string(StateDTypeName(s.state_dtype)) + " states, " +
                  CpuOptimizer::SimdTarget() +
-                 (CpuOptimizer::StreamsParamOut(s.hyper, s.step) ? ", streamed param_out" : ""));
+                 (CpuOptimizer::StreamsParamOut(s.hyper, s.step) ? ", streamed param_out" : "") +
+                 (CpuOptimizer::PrefetchElements(s.hyper, s.step) > 0
+                      ? ", prefetch " + std::to_string(CpuOptimizer::PrefetchElements(s.hyper, s.step))
+                      : ""));
 }
 
 // Args: kind, state dtype, parameters, threads.
@@ -241,44 +254,57 @@ void BM_Step(benchmark::State& state) {
   }
 }
 
-// Args: kind, reduced state dtype, parameters, threads.
+// One timed Step of `s` (seconds); the step counter advances.
+double TimedStep(CpuOptimizer& optimizer, Shard& s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  optimizer.Step(s.hyper, s.step);
+  ++s.hyper.step;
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The A/B benchmarks: each iteration times `a` and `b` (each returns its seconds), alternating
+// which goes first, so that both see the same memory speed, which drifts between runs on
+// shared machines. The benchmark's time is a's (manual time); returns b's total / a's total.
+double Alternate(benchmark::State& state, const std::function<double()>& a,
+                 const std::function<double()>& b, const char* b_ms_counter) {
+  a();  // warm-up, as BM_Step
+  b();
+  double a_total = 0, b_total = 0;
+  bool a_first = true;
+  for (auto _ : state) {
+    double t_a = 0;
+    if (a_first) {
+      t_a = a();
+      b_total += b();
+    } else {
+      b_total += b();
+      t_a = a();
+    }
+    a_first = !a_first;
+    a_total += t_a;
+    state.SetIterationTime(t_a);
+  }
+  state.counters[b_ms_counter] = 1e3 * b_total / double(state.iterations());
+  return b_total / a_total;
+}
+
+// Args: kind, reduced state dtype, parameters, threads. A: the reduced-state shard; B: an
+// fp32-state shard of the same size.
 void BM_VsFp32States(benchmark::State& state) {
   const OptimizerKind kind = OptimizerKind(state.range(0));
   const int threads = int(state.range(3));
   auto reduced = MakeShard(kind, StateDType(state.range(1)), state.range(2), threads);
   auto fp32 = MakeShard(kind, StateDType::kF32, state.range(2), threads);
   CpuOptimizer optimizer(threads);
-  auto step = [&](Shard& s) {
-    const auto t0 = std::chrono::steady_clock::now();
-    optimizer.Step(s.hyper, s.step);
-    ++s.hyper.step;
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
-  step(*reduced);  // warm-up, as BM_Step
-  step(*fp32);
-  double reduced_total = 0, fp32_total = 0;
-  bool reduced_first = true;
-  for (auto _ : state) {
-    double t_reduced = 0;
-    if (reduced_first) {
-      t_reduced = step(*reduced);
-      fp32_total += step(*fp32);
-    } else {
-      fp32_total += step(*fp32);
-      t_reduced = step(*reduced);
-    }
-    reduced_first = !reduced_first;
-    reduced_total += t_reduced;
-    state.SetIterationTime(t_reduced);
-  }
+  const double speedup = Alternate(
+      state, [&] { return TimedStep(optimizer, *reduced); },
+      [&] { return TimedStep(optimizer, *fp32); }, "fp32_states_ms");
   Report(state, *reduced);
-  state.counters["fp32_states_ms"] = 1e3 * fp32_total / double(state.iterations());
-  state.counters["speedup_vs_fp32_states"] = fp32_total / reduced_total;
+  state.counters["speedup_vs_fp32_states"] = speedup;
 }
 
-// Args: kind, state dtype, parameters, threads. Each iteration steps one shard twice, once
-// writing param_out through ordinary stores and once through non-temporal ones, alternating
-// which goes first, so that both see the same memory speed.
+// Args: kind, state dtype, parameters, threads. One shard stepped twice per iteration: A writes
+// param_out through non-temporal stores, B through ordinary ones.
 void BM_StreamedVsCached(benchmark::State& state) {
   const int threads = int(state.range(3));
   auto s =
@@ -286,32 +312,35 @@ void BM_StreamedVsCached(benchmark::State& state) {
   CpuOptimizer optimizer(threads);
   auto step = [&](ParamOutStores stores) {
     s->step.param_out_stores = stores;
-    const auto t0 = std::chrono::steady_clock::now();
-    optimizer.Step(s->hyper, s->step);
-    ++s->hyper.step;
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return TimedStep(optimizer, *s);
   };
-  step(ParamOutStores::kCached);  // warm-up, as BM_Step
-  step(ParamOutStores::kStreaming);
-  double streamed_total = 0, cached_total = 0;
-  bool streamed_first = true;
-  for (auto _ : state) {
-    double t_streamed = 0;
-    if (streamed_first) {
-      t_streamed = step(ParamOutStores::kStreaming);
-      cached_total += step(ParamOutStores::kCached);
-    } else {
-      cached_total += step(ParamOutStores::kCached);
-      t_streamed = step(ParamOutStores::kStreaming);
-    }
-    streamed_first = !streamed_first;
-    streamed_total += t_streamed;
-    state.SetIterationTime(t_streamed);
-  }
+  const double speedup = Alternate(
+      state, [&] { return step(ParamOutStores::kStreaming); },
+      [&] { return step(ParamOutStores::kCached); }, "cached_ms");
   s->step.param_out_stores = ParamOutStores::kStreaming;
   Report(state, *s);
-  state.counters["cached_ms"] = 1e3 * cached_total / double(state.iterations());
-  state.counters["speedup_vs_cached"] = cached_total / streamed_total;
+  state.counters["speedup_vs_cached"] = speedup;
+}
+
+// Args: kind, state dtype, parameters, threads. One shard stepped twice per iteration: A
+// prefetches its inputs (--prefetch_elements when it is positive, else
+// CpuOptimizer::kDefaultPrefetchElements ahead), B does not ([Note: software prefetch]).
+void BM_PrefetchVsNone(benchmark::State& state) {
+  const int threads = int(state.range(3));
+  auto s =
+      MakeShard(OptimizerKind(state.range(0)), StateDType(state.range(1)), state.range(2), threads);
+  CpuOptimizer optimizer(threads);
+  const int64_t distance =
+      g_prefetch_elements > 0 ? g_prefetch_elements : CpuOptimizer::kDefaultPrefetchElements;
+  auto step = [&](int64_t elements) {
+    s->step.prefetch_elements = elements;
+    return TimedStep(optimizer, *s);
+  };
+  const double speedup =
+      Alternate(state, [&] { return step(distance); }, [&] { return step(0); }, "no_prefetch_ms");
+  s->step.prefetch_elements = distance;
+  Report(state, *s);
+  state.counters["speedup_vs_no_prefetch"] = speedup;
 }
 
 // Floor then step for each configuration, in that order (the ratio needs the floor first).
@@ -354,6 +383,14 @@ void RegisterAll() {
       for (auto [kind, type] : cases) {
         if (kind != OptimizerKind::kAdamW) continue;
         benchmark::RegisterBenchmark("BM_StreamedVsCached", &BM_StreamedVsCached)
+            ->ArgNames({"kind", "state", "params", "threads"})
+            ->Args({int64_t(kind), int64_t(type), params, threads})
+            ->MinTime(0.5)
+            ->UseManualTime()
+            ->Unit(benchmark::kMillisecond);
+      }
+      for (auto [kind, type] : cases) {
+        benchmark::RegisterBenchmark("BM_PrefetchVsNone", &BM_PrefetchVsNone)
             ->ArgNames({"kind", "state", "params", "threads"})
             ->Args({int64_t(kind), int64_t(type), params, threads})
             ->MinTime(0.5)
@@ -417,8 +454,30 @@ bool SetParamOutStores(int& argc, char** argv) {
   return false;
 }
 
+// --prefetch_elements=N sets ShardStep::prefetch_elements for every shard: -1 auto (the
+// default), 0 none, or N elements ahead; BM_PrefetchVsNone's prefetching side uses N when N > 0.
+bool SetPrefetchElements(int& argc, char** argv) {
+  const std::optional<std::string> value = TakeFlag(argc, argv, "--prefetch_elements=");
+  if (!value) return true;
+  char* end = nullptr;
+  const long long n = std::strtoll(value->c_str(), &end, 10);
+  if (value->empty() || *end != '\0' || n < zs::kAutoPrefetch ||
+      n > zs::CpuOptimizer::kMaxPrefetchElements) {
+    std::fprintf(stderr,
+                 "bench_optimizers: --prefetch_elements=%s: expected -1 (auto), 0 (none) or 1 to "
+                 "%lld elements\n",
+                 value->c_str(), static_cast<long long>(zs::CpuOptimizer::kMaxPrefetchElements));
+    return false;
+  }
+  zs::g_prefetch_elements = n;
+  return true;
+}
+
 int main(int argc, char** argv) {
-  if (!PinSimdTarget(argc, argv) || !SetParamOutStores(argc, argv)) return 1;
+  if (!PinSimdTarget(argc, argv) || !SetParamOutStores(argc, argv) ||
+      !SetPrefetchElements(argc, argv)) {
+    return 1;
+  }
   zs::RegisterAll();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstddef>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <mutex>
@@ -14,6 +15,9 @@
 #include <vector>
 
 #include <unistd.h>  // sysconf: cache sizes
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>  // __get_cpuid: the CPU vendor (kAutoPrefetch)
+#endif
 
 #include "optimizers/optimizer_kernels.h"
 #include "optimizers/state_codec.h"
@@ -188,6 +192,36 @@ int64_t CpuOptimizer::LastLevelCacheBytes() {
   return bytes;
 }
 
+namespace {
+
+#if defined(__x86_64__) || defined(__i386__)
+bool CpuVendorIsIntel() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  char vendor[13] = {};  // CPUID leaf 0: the vendor string in ebx, edx, ecx
+  std::memcpy(vendor, &ebx, 4);
+  std::memcpy(vendor + 4, &edx, 4);
+  std::memcpy(vendor + 8, &ecx, 4);
+  return std::strcmp(vendor, "GenuineIntel") == 0;
+}
+#else
+bool CpuVendorIsIntel() { return false; }
+#endif
+
+}  // namespace
+
+bool CpuOptimizer::AutoPrefetchesOnThisCpu() {
+  static const bool intel = CpuVendorIsIntel();
+  return intel;
+}
+
+int64_t CpuOptimizer::PrefetchElements(const OptimizerHyper& hyper, const ShardStep& shard) {
+  if (shard.prefetch_elements != kAutoPrefetch) return shard.prefetch_elements;
+  return AutoPrefetchesOnThisCpu() && StepWorkingSetBytes(hyper, shard) > LastLevelCacheBytes()
+             ? kDefaultPrefetchElements
+             : 0;
+}
+
 bool CpuOptimizer::StreamsParamOut(const OptimizerHyper& hyper, const ShardStep& shard) {
   if (shard.param_out == nullptr) return false;
   switch (shard.param_out_stores) {
@@ -205,6 +239,10 @@ namespace {
 
 void CheckShard(const OptimizerHyper& h, const ShardStep& s, int num_states) {
   ZS_CHECK(s.n >= 0, "shard has n = {}", s.n);
+  ZS_CHECK(s.prefetch_elements >= kAutoPrefetch &&
+               s.prefetch_elements <= CpuOptimizer::kMaxPrefetchElements,
+           "prefetch_elements = {}: expected {} (auto), 0 (none) or up to {} elements ahead",
+           s.prefetch_elements, kAutoPrefetch, CpuOptimizer::kMaxPrefetchElements);
   ZS_CHECK(h.step >= 1, "optimizer step {} (counted from 1)", h.step);
   if (s.n == 0) return;
   ZS_CHECK(s.master != nullptr && s.grad != nullptr, "shard of {} elements without master/grad",
@@ -259,6 +297,7 @@ void CpuOptimizer::Step(const OptimizerHyper& hyper, const ShardStep& shard) {
   const size_t out_size = DTypeSize(shard.param_dtype);
   const std::span<const ShardSegment> segments = shard.segments;
   const bool stream_param_out = StreamsParamOut(hyper, shard);
+  const auto prefetch_elements = static_cast<uint32_t>(PrefetchElements(hyper, shard));
 
   // fp32 states are updated in place, bf16 states in registers ([Note: fused bf16 states] in
   // optimizer_kernels.cc) and int8 states block by block ([Note: fused int8 states]), a chunk of
@@ -318,6 +357,7 @@ void CpuOptimizer::Step(const OptimizerHyper& hyper, const ShardStep& shard) {
                         : nullptr;
       r.param_dtype = shard.param_dtype;
       r.stream_param_out = stream_param_out;
+      r.prefetch_elements = prefetch_elements;
       r.weight_decay = seg->weight_decay;
       internal::RunOptimizerKernel(consts[size_t(seg->group)], r);
       pos = piece_end;

@@ -127,6 +127,7 @@ struct Hoisted {
   float scale0, scale1;   // int8 states: the current block's scales (set per block)
   bool as_root, reads_s0, writes_s0, sgd_momentum, sgd_first_step, nesterov;
   bool stream_out;  // param_out through non-temporal stores where aligned
+  size_t prefetch;  // elements ahead whose input lines are prefetched, 0 for none
 };
 
 // Which states a kind reads and writes this step.
@@ -163,6 +164,7 @@ HWY_INLINE Hoisted MakeHoisted(const KernelConstants& c, const KernelRange& r) {
       .sgd_first_step = c.sgd_first_step,
       .nesterov = c.nesterov,
       .stream_out = r.stream_param_out && r.param_out != nullptr,
+      .prefetch = r.prefetch_elements,
   };
 }
 
@@ -345,6 +347,32 @@ uint8_t* At(void* p, size_t bytes) {
   return p == nullptr ? nullptr : static_cast<uint8_t*>(p) + bytes;
 }
 
+// Prefetches the cache lines of bytes [offset, offset + bytes) of `array` (none when null).
+HWY_INLINE void PrefetchBytes(const void* array, size_t offset, size_t bytes) {
+  if (array == nullptr) return;
+  constexpr size_t kLine = 64;  // a larger line only makes some of these prefetches redundant
+  const uint8_t* first = At(array, offset);
+  for (size_t b = 0; b < bytes; b += kLine) hwy::Prefetch(first + b);
+}
+
+// Prefetches the lines of elements [j, j + count) of every array the kernel reads: the master
+// weights, the gradient and the states as stored ([Note: software prefetch] in
+// optimizer_spec.h). param_out is only written, through stores that need no read (streamed) or
+// whose line the store itself brings in.
+template <DType G, StateDType S>
+HWY_INLINE void PrefetchInputs(const Arrays& p, size_t j, size_t count) {
+  PrefetchBytes(p.master, j * sizeof(float), count * sizeof(float));
+  PrefetchBytes(p.grad, j * DTypeSize(G), count * DTypeSize(G));
+  PrefetchBytes(p.s0_in, j * StateInBytes<S>(), count * StateInBytes<S>());
+  PrefetchBytes(p.s1_in, j * StateInBytes<S>(), count * StateInBytes<S>());
+}
+
+// The end of the steps (those starting at i < the result) whose step k.prefetch elements
+// ahead lies within [0, in_range): those prefetch it, the others prefetch nothing.
+HWY_INLINE size_t PrefetchingEnd(const Hoisted& k, size_t in_range, size_t step) {
+  return k.prefetch != 0 && in_range >= k.prefetch + step ? in_range - k.prefetch - step + 1 : 0;
+}
+
 // Runs elements [i, i + count) of `p`, fewer than a step, through Body2 on a padded copy
 // ([Note: identical tails]); `index`: element i's low 32 index bits. max0 / max1 are copies:
 // the padding's lanes must not count.
@@ -384,11 +412,13 @@ HWY_INLINE void PaddedStep(const Hoisted& k, const Arrays& p, size_t i, size_t c
 // through the padded step. With bf16 states the whole steps start at an index that is a
 // multiple of the step, and go block by block of 2^16 indices, each with its hoisted keys
 // ([Note: hashing within a 64K block]); the elements before that index take the padded step
-// too. Returns where the whole steps end (int8 states, which start at index 0: the elements
-// max0 / max1 cover).
+// too. Each whole step first prefetches the inputs of the step k.prefetch elements ahead
+// where that step lies within the first `in_range` elements of `p` (the kernel's range: int8
+// states run one block at a time, and prefetch into the blocks after it). Returns where the
+// whole steps end (int8 states, which start at index 0: the elements max0 / max1 cover).
 template <OptimizerKind K, DType G, int O, StateDType S>
 HWY_INLINE size_t Steps(const Hoisted& k, const Arrays& p, size_t n, uint32_t index_lo,
-                        VMax& max0, VMax& max1) {
+                        VMax& max0, VMax& max1, size_t in_range) {
   const DF df;
   const DU du;
   const size_t lanes = hn::Lanes(df);
@@ -401,6 +431,7 @@ HWY_INLINE size_t Steps(const Hoisted& k, const Arrays& p, size_t n, uint32_t in
     if (i != 0) PaddedStep<K, G, O, S>(k, p, 0, i, index_lo, max0, max1);
   }
   const size_t whole = i + (n - i) / step * step;  // the end of the whole steps
+  const size_t prefetching = PrefetchingEnd(k, in_range, step);
   const bool stream = k.stream_out && StreamAligned(At(p.out, i * kParamBytes));
   if constexpr (S == StateDType::kBF16) {
     while (i < whole) {
@@ -414,12 +445,14 @@ HWY_INLINE size_t Steps(const Hoisted& k, const Arrays& p, size_t n, uint32_t in
       const VU lane_a = hn::Mul(hn::Xor(hn::Iota(du, 0), low), c1);
       const VU lane_b = hn::Mul(hn::Xor(hn::Iota(du, static_cast<uint32_t>(lanes)), low), c1);
       for (; i < end; i += step) {
+        if (i < prefetching) PrefetchInputs<G, S>(p, i + k.prefetch, step);
         Body2<K, G, O, S, true>(in_block, p, i, index_lo + static_cast<uint32_t>(i), stream,
                                 max0, max1, lane_a, lane_b);
       }
     }
   } else {
     for (; i < whole; i += step) {
+      if (i < prefetching) PrefetchInputs<G, S>(p, i + k.prefetch, step);
       Body2<K, G, O, S>(k, p, i, index_lo + static_cast<uint32_t>(i), stream, max0, max1,
                         hn::Zero(du), hn::Zero(du));
     }
@@ -438,7 +471,8 @@ HWY_NOINLINE void Loop(const KernelConstants& c, const KernelRange& r) {
   const Arrays p{r.master, r.state0, r.state1, r.state0, r.state1, r.grad, r.param_out};
   const DI di;
   VMax unused0 = hn::Zero(di), unused1 = hn::Zero(di);
-  Steps<K, G, O, S>(k, p, static_cast<size_t>(r.n), r.index_lo, unused0, unused1);
+  Steps<K, G, O, S>(k, p, static_cast<size_t>(r.n), r.index_lo, unused0, unused1,
+                    static_cast<size_t>(r.n));
   if (k.stream_out) hwy::FlushStream();  // order the streamed stores before the step returns
 }
 
@@ -482,7 +516,7 @@ HWY_NOINLINE void LoopInt8(const KernelConstants& c, const KernelRange& r) {
     // over the rest (an associative max, so the grouping does not matter).
     const DI di;
     VMax max0 = hn::Zero(di), max1 = hn::Zero(di);
-    const size_t done = Steps<K, G, O, StateDType::kInt8>(k, p, count, 0, max0, max1);
+    const size_t done = Steps<K, G, O, StateDType::kInt8>(k, p, count, 0, max0, max1, n - b);
     namespace q8 = int8q::HWY_NAMESPACE;
     const hn::CappedTag<float, 1> d1;
     if (k.writes_s0) {

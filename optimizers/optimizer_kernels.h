@@ -66,6 +66,9 @@ struct KernelRange {
   // param_out through non-temporal stores wherever it is vector-aligned ([Note: streaming
   // param_out] in optimizer_spec.h); the kernel fences them (sfence) before it returns.
   bool stream_param_out = false;
+  // Prefetch the input lines of the element this many ahead of the loop, 0 for none ([Note:
+  // software prefetch] in optimizer_spec.h). Only lines inside [0, n) are prefetched.
+  uint32_t prefetch_elements = 0;
   float weight_decay = 0.0f;
 };
 

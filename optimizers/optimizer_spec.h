@@ -55,6 +55,19 @@
 //   read anyway. ShardStep::param_out_stores chooses; kAuto streams when the step's arrays
 //   (CpuOptimizer::StepWorkingSetBytes) exceed the last-level cache. The bits written are the
 //   same either way.
+// - [Note: software prefetch] A step streams its inputs from memory, and on some cores the
+//   hardware prefetchers do not run far enough ahead of a loop that also has real arithmetic
+//   (a square root and a division per element): the floor pass, with one add per element,
+//   reaches the memory bandwidth, while the AdamW step over the same arrays stalled on loads
+//   (0.85 of the floor on a 2-core Intel Xeon with AVX-512, 200M parameters, 2 threads).
+//   Prefetching every line the step will read (master, gradient, states as stored) a fixed
+//   number of elements ahead (prefetcht0) closes that gap there (0.96), where the floor itself
+//   gains nothing from the same prefetches. On an AMD Zen 4 host, prefetching 512 or 2048
+//   elements ahead made the steps 25-50% slower (docs/PERFORMANCE.md). So
+//   ShardStep::prefetch_elements says how far ahead (0: no software prefetch), and
+//   kAutoPrefetch picks CpuOptimizer::kDefaultPrefetchElements on Intel x86 CPUs when the
+//   step's arrays exceed the last-level cache, none otherwise (CpuOptimizer::PrefetchElements).
+//   Prefetches only read: the bits written are the same whatever the distance.
 #pragma once
 
 #include <cstddef>
@@ -168,6 +181,9 @@ enum class ParamOutStores : uint8_t {
   kStreaming,  // non-temporal stores wherever param_out is vector-aligned
 };
 
+// ShardStep::prefetch_elements: let CpuOptimizer::PrefetchElements choose.
+inline constexpr int64_t kAutoPrefetch = -1;
+
 // One optimizer step over shard elements [0, n).
 struct ShardStep {
   int64_t n = 0;
@@ -181,6 +197,9 @@ struct ShardStep {
   void* param_out = nullptr;  // optional: n elements of param_dtype
   DType param_dtype = DType::kBF16;
   ParamOutStores param_out_stores = ParamOutStores::kAuto;
+  // Elements ahead of the loop whose input lines are prefetched, 0 for none, or kAutoPrefetch
+  // ([Note: software prefetch]).
+  int64_t prefetch_elements = kAutoPrefetch;
   std::span<const ShardSegment> segments;  // cover [0, n) in order
   std::span<const GroupHyper> groups;      // empty: one group, OptimizerHyper's values
   uint64_t seed = 0;                       // stochastic rounding stream (bf16 states)

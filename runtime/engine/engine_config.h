@@ -143,6 +143,9 @@ struct ZerostackConfig {
   bool prefetch = true;              // stage 3: prefetch from the recorded trace
   OptimizerStateType optimizer_state_dtype = OptimizerStateType::kF32;
   int64_t optimizer_threads = 1;     // threads of each rank's CPU optimizer step
+  // Elements ahead the CPU optimizer step prefetches its inputs: -1 auto, 0 none
+  // (ShardStep::prefetch_elements, [Note: software prefetch] in optimizers/optimizer_spec.h).
+  int64_t optimizer_prefetch = -1;
   // Hyper-parameters per named parameter group (param_group_config.h); empty: one group.
   std::vector<ParamGroupConfig> param_groups;
 

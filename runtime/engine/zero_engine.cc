@@ -500,6 +500,7 @@ StatusOr<StepResult> ZeroEngine::Impl::Step() {
     shard.grad_scale = grad_scale;
     shard.param_out = s.params.data_as<char>() + (s.opt_begin - s.param_base) * elem;
     shard.param_dtype = dtype_;
+    shard.prefetch_elements = config_.zerostack.optimizer_prefetch;
     shard.segments = s.segments;
     shard.groups = groups;
     // The stochastic-rounding stream of this unit and range (bf16 states).

@@ -7,6 +7,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <optional>
 #include <string>
@@ -695,6 +696,87 @@ TEST(CpuOptimizerTest, AutoStreamsParamOutBeyondTheLastLevelCache) {
   EXPECT_EQ(CpuOptimizer::StepWorkingSetBytes(MakeHyper(kKinds[2], 1), st), st.n * 8);
 }
 
+// [Note: software prefetch]: prefetching any distance ahead writes the bits no prefetching
+// does, on every SIMD target, kind and state dtype, with two threads; the distances reach
+// inside a step, a vector, an int8 block, a tile and past the shard.
+TEST(CpuOptimizerTest, PrefetchingDoesNotChangeResults) {
+  const int64_t n = kSlowBuild ? kTile + 333 : 2 * kTile + 333;
+  const int64_t distances[] = {1, 37, kQuantBlock, CpuOptimizer::kDefaultPrefetchElements,
+                               kTile - 5, n + 5};
+  uint64_t seed = 9700;
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    CpuOptimizer opt(2);
+    for (const KindCase& k : kKinds) {
+      for (StateDType sd : {StateDType::kF32, StateDType::kBF16, StateDType::kInt8}) {
+        if (sd != StateDType::kF32 && StatesOf(k) == 0) continue;
+        ++seed;
+        const Shard initial(k, n, sd, DType::kBF16, DType::kBF16, seed);
+        Shard none = initial;
+        auto run = [&](Shard& sh, int64_t distance) {
+          for (int64_t step = 1; step <= 2; ++step) {
+            sh.FillGrad(step);
+            std::vector<ShardSegment> segs;
+            ShardStep st = sh.View(0, n, segs);
+            st.prefetch_elements = distance;
+            ASSERT_EQ(CpuOptimizer::PrefetchElements(MakeHyper(k, step), st), distance);
+            opt.Step(MakeHyper(k, step), st);
+          }
+        };
+        run(none, 0);
+        ASSERT_NE(none.master, initial.master);  // the steps did something
+        for (int64_t distance : distances) {
+          SCOPED_TRACE(fmt::format("{}: {} {} states, prefetch {}", CpuOptimizer::SimdTarget(),
+                                   k.name, StateDTypeName(sd), distance));
+          Shard prefetched = initial;
+          run(prefetched, distance);
+          ExpectSameBits(none, prefetched, "prefetched");
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+// kAutoPrefetch prefetches kDefaultPrefetchElements ahead exactly when this CPU is one where
+// that pays and the step's arrays exceed the last-level cache; a set distance is kept.
+TEST(CpuOptimizerTest, AutoPrefetchBeyondTheLastLevelCache) {
+  const int64_t llc = CpuOptimizer::LastLevelCacheBytes();
+  const OptimizerHyper adamw = MakeHyper(kKinds[0], 1);
+  ShardStep st;
+  st.state_dtype = StateDType::kF32;
+  st.grad_dtype = DType::kBF16;
+  ASSERT_EQ(st.prefetch_elements, kAutoPrefetch);  // the default
+  st.n = llc / 14;  // master 4 + grad 2 + two fp32 states 8 bytes per element, no param_out
+  ASSERT_LE(CpuOptimizer::StepWorkingSetBytes(adamw, st), llc);
+  EXPECT_EQ(CpuOptimizer::PrefetchElements(adamw, st), 0);
+  st.n = llc / 14 + 1;
+  ASSERT_GT(CpuOptimizer::StepWorkingSetBytes(adamw, st), llc);
+  EXPECT_EQ(CpuOptimizer::PrefetchElements(adamw, st),
+            CpuOptimizer::AutoPrefetchesOnThisCpu() ? CpuOptimizer::kDefaultPrefetchElements : 0);
+  for (int64_t set : {int64_t{0}, int64_t{1}, int64_t{1000}, CpuOptimizer::kMaxPrefetchElements}) {
+    st.prefetch_elements = set;
+    EXPECT_EQ(CpuOptimizer::PrefetchElements(adamw, st), set);
+  }
+#if defined(__x86_64__) || defined(__i386__)
+  // The vendor string, read independently of the implementation.
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  bool intel = false;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("vendor_id", 0) == 0) {
+      intel = line.find("GenuineIntel") != std::string::npos;
+      break;
+    }
+  }
+  if (cpuinfo.is_open()) {
+    EXPECT_EQ(CpuOptimizer::AutoPrefetchesOnThisCpu(), intel);
+  }
+#else
+  EXPECT_FALSE(CpuOptimizer::AutoPrefetchesOnThisCpu());
+#endif
+}
+
 // param_out conversions and gradient loads agree with runtime/base/dtype.h on every bit
 // pattern that matters: SGD with lr = 0 leaves the master as is (param_out = round(master)); SGD
 // with lr = 1 from w = 0 gives w = -g exactly (the gradient as loaded).
@@ -834,6 +916,11 @@ TEST(CpuOptimizerDeathTest, SegmentsMustCoverTheShard) {
   st = shard.View(0, 100, segs);
   st.state[1] = nullptr;
   EXPECT_DEATH(CpuOptimizer(1).Step(MakeHyper(kKinds[0], 1), st), "needs state 1");
+  st = shard.View(0, 100, segs);
+  st.prefetch_elements = -2;
+  EXPECT_DEATH(CpuOptimizer(1).Step(MakeHyper(kKinds[0], 1), st), "prefetch_elements = -2");
+  st.prefetch_elements = CpuOptimizer::kMaxPrefetchElements + 1;
+  EXPECT_DEATH(CpuOptimizer(1).Step(MakeHyper(kKinds[0], 1), st), "prefetch_elements = 1048577");
 }
 
 }  // namespace

@@ -83,7 +83,8 @@ constexpr const char* kDeepSpeedExample = R"({
                 "params": {"warmup_min_lr": 0, "warmup_max_lr": 3e-4, "warmup_num_steps": 200,
                            "total_num_steps": 5000, "cos_min_ratio": 0.1}},
   "zerostack": {"comm_timeout_ms": 30000, "max_inflight_buckets": 3, "alignment": 64,
-                "prefetch": false, "optimizer_state_dtype": "bf16", "optimizer_threads": 2}
+                "prefetch": false, "optimizer_state_dtype": "bf16", "optimizer_threads": 2,
+                "optimizer_prefetch": 512}
 })";
 
 TEST(EngineConfigTest, DeepSpeedExampleParses) {
@@ -130,6 +131,7 @@ TEST(EngineConfigTest, DeepSpeedExampleParses) {
   EXPECT_FALSE(c.zerostack.prefetch);
   EXPECT_EQ(c.zerostack.optimizer_state_dtype, OptimizerStateType::kBF16);
   EXPECT_EQ(c.zerostack.optimizer_threads, 2);
+  EXPECT_EQ(c.zerostack.optimizer_prefetch, 512);
   // Keys not given keep their defaults.
   EXPECT_EQ(z.reduce_scatter, ZeroConfig{}.reduce_scatter);
   EXPECT_EQ(c.fp16.loss_scale_window, Fp16Config{}.loss_scale_window);
@@ -213,6 +215,8 @@ TEST(EngineConfigTest, OutOfRangeValuesAreErrors) {
   ExpectInvalid(R"({"train_micro_batch_size_per_gpu": 0})",
                 {"train_micro_batch_size_per_gpu", ">= 1"});
   ExpectInvalid(R"({"gradient_clipping": -1})", {"gradient_clipping", ">= 0"});
+  ExpectInvalid(R"({"zerostack": {"optimizer_prefetch": -2}})",
+                {"zerostack.optimizer_prefetch", "-2 is out of range", "-1 (auto)"});
   ExpectInvalid(R"({"scheduler": {"params": {"cos_min_ratio": 1.5}}})",
                 {"scheduler.params.cos_min_ratio", "[0, 1]"});
   ExpectInvalid(R"({"zerostack": {"alignment": 24}})", {"zerostack.alignment", "24", "power"});
@@ -345,7 +349,8 @@ EngineConfig NonDefaultConfig() {
                  .alignment = 128,
                  .prefetch = false,
                  .optimizer_state_dtype = OptimizerStateType::kInt8,
-                 .optimizer_threads = 3};
+                 .optimizer_threads = 3,
+                 .optimizer_prefetch = 0};
   c.zerostack.param_groups = {
       {.name = "embeddings", .lr_scale = 0.25, .betas = {{0.85, 0.95}}, .eps = 1e-6,
        .weight_decay = 0.0},
