@@ -82,7 +82,7 @@ struct Array {
 // Runs fn(tile_begin, tile_end) over CpuOptimizer's tiles on `threads` threads (the caller is
 // one of them), claiming tiles dynamically as the optimizer does.
 void ParallelTiles(int threads, int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
-  const int64_t tile = CpuOptimizer::kTileElements;
+  const int64_t tile = CpuOptimizer::kDefaultTileElements;
   const int64_t tiles = (n + tile - 1) / tile;
   std::atomic<int64_t> next{0};
   auto work = [&] {
@@ -303,44 +303,43 @@ void BM_VsFp32States(benchmark::State& state) {
   state.counters["speedup_vs_fp32_states"] = speedup;
 }
 
-// Args: kind, state dtype, parameters, threads. One shard stepped twice per iteration: A writes
-// param_out through non-temporal stores, B through ordinary ones.
-void BM_StreamedVsCached(benchmark::State& state) {
+// Args: kind, state dtype, parameters, threads. One shard stepped twice per iteration, set up by
+// configure(step, true) for A and configure(step, false) for B; the label reports A's setting.
+void OneShardAB(benchmark::State& state, const std::function<void(ShardStep&, bool a)>& configure,
+                const char* b_ms_counter, const char* speedup_counter) {
   const int threads = int(state.range(3));
   auto s =
       MakeShard(OptimizerKind(state.range(0)), StateDType(state.range(1)), state.range(2), threads);
   CpuOptimizer optimizer(threads);
-  auto step = [&](ParamOutStores stores) {
-    s->step.param_out_stores = stores;
-    return TimedStep(optimizer, *s);
-  };
-  const double speedup = Alternate(
-      state, [&] { return step(ParamOutStores::kStreaming); },
-      [&] { return step(ParamOutStores::kCached); }, "cached_ms");
-  s->step.param_out_stores = ParamOutStores::kStreaming;
-  Report(state, *s);
-  state.counters["speedup_vs_cached"] = speedup;
-}
-
-// Args: kind, state dtype, parameters, threads. One shard stepped twice per iteration: A
-// prefetches its inputs (--prefetch_elements when it is positive, else
-// CpuOptimizer::kDefaultPrefetchElements ahead), B does not ([Note: software prefetch]).
-void BM_PrefetchVsNone(benchmark::State& state) {
-  const int threads = int(state.range(3));
-  auto s =
-      MakeShard(OptimizerKind(state.range(0)), StateDType(state.range(1)), state.range(2), threads);
-  CpuOptimizer optimizer(threads);
-  const int64_t distance =
-      g_prefetch_elements > 0 ? g_prefetch_elements : CpuOptimizer::kDefaultPrefetchElements;
-  auto step = [&](int64_t elements) {
-    s->step.prefetch_elements = elements;
+  auto step = [&](bool a) {
+    configure(s->step, a);
     return TimedStep(optimizer, *s);
   };
   const double speedup =
-      Alternate(state, [&] { return step(distance); }, [&] { return step(0); }, "no_prefetch_ms");
-  s->step.prefetch_elements = distance;
+      Alternate(state, [&] { return step(true); }, [&] { return step(false); }, b_ms_counter);
+  configure(s->step, true);
   Report(state, *s);
-  state.counters["speedup_vs_no_prefetch"] = speedup;
+  state.counters[speedup_counter] = speedup;
+}
+
+// A writes param_out through non-temporal stores, B through ordinary ones.
+void BM_StreamedVsCached(benchmark::State& state) {
+  OneShardAB(
+      state,
+      [](ShardStep& st, bool a) {
+        st.param_out_stores = a ? ParamOutStores::kStreaming : ParamOutStores::kCached;
+      },
+      "cached_ms", "speedup_vs_cached");
+}
+
+// A prefetches its inputs (--prefetch_elements when it is positive, else
+// CpuOptimizer::kDefaultPrefetchElements ahead), B does not ([Note: software prefetch]).
+void BM_PrefetchVsNone(benchmark::State& state) {
+  const int64_t distance =
+      g_prefetch_elements > 0 ? g_prefetch_elements : CpuOptimizer::kDefaultPrefetchElements;
+  OneShardAB(
+      state, [&](ShardStep& st, bool a) { st.prefetch_elements = a ? distance : 0; },
+      "no_prefetch_ms", "speedup_vs_no_prefetch");
 }
 
 // Floor then step for each configuration, in that order (the ratio needs the floor first).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cctype>
 #include <cmath>
 #include <condition_variable>
@@ -35,9 +36,12 @@ constexpr int64_t kScratchElements = 2048;
 
 }  // namespace
 
-static_assert(CpuOptimizer::kTileElements % kScratchElements == 0 &&
+static_assert(CpuOptimizer::kMinTileElements % kScratchElements == 0 &&
                   kScratchElements % kQuantBlock == 0,
               "tiles and scratch chunks must start on int8 block boundaries");
+static_assert(std::has_single_bit(uint64_t(CpuOptimizer::kMinTileElements)) &&
+                  (int64_t{1} << 32) % CpuOptimizer::kMaxTileElements == 0,
+              "power-of-two tiles from kMinTileElements to kMaxTileElements divide 2^32");
 
 // A persistent pool: `threads - 1` workers plus the calling thread claim tiles from one atomic
 // counter. Tile boundaries are fixed, so which thread runs a tile never changes its result.
@@ -136,7 +140,13 @@ class CpuOptimizer::Pool {
   bool stop_ = false;
 };
 
-CpuOptimizer::CpuOptimizer(int threads) : pool_(std::make_unique<Pool>(threads)) {}
+CpuOptimizer::CpuOptimizer(int threads, int64_t tile_elements)
+    : tile_elements_(tile_elements), pool_(std::make_unique<Pool>(threads)) {
+  ZS_CHECK(tile_elements >= kMinTileElements && tile_elements <= kMaxTileElements &&
+               std::has_single_bit(uint64_t(tile_elements)),
+           "tile_elements = {}: expected a power of two from {} to {}", tile_elements,
+           kMinTileElements, kMaxTileElements);
+}
 CpuOptimizer::~CpuOptimizer() = default;
 
 int CpuOptimizer::threads() const { return pool_->threads(); }
@@ -307,7 +317,8 @@ void CpuOptimizer::Step(const OptimizerHyper& hyper, const ShardStep& shard) {
   // A kind without states steps alike whatever the state type.
   const StateDType state_dtype = num_states == 0 ? StateDType::kF32 : shard.state_dtype;
   const bool int8_states = state_dtype == StateDType::kInt8;
-  const int64_t chunk_elements = int8_states ? kScratchElements : kTileElements;
+  const int64_t tile_elements = tile_elements_;
+  const int64_t chunk_elements = int8_states ? kScratchElements : tile_elements;
 
   // The states of a run of elements [begin, ...): where element `begin` of each state is.
   struct RunStates {
@@ -345,7 +356,7 @@ void CpuOptimizer::Step(const OptimizerHyper& hyper, const ShardStep& shard) {
       r.scale1 = states.scale[1];
       r.second_moment_as_root = states.as_root;
       if (states.dtype == StateDType::kBF16) {
-        // Tiles never straddle a 2^32 index boundary (kTileElements divides 2^32).
+        // Tiles never straddle a 2^32 index boundary (tile_elements divides 2^32).
         r.index_lo = static_cast<uint32_t>(pos);
         r.sr_key = sr::MakeSrKey(shard.seed, hyper.step, static_cast<uint32_t>(pos >> 32));
       }
@@ -368,8 +379,8 @@ void CpuOptimizer::Step(const OptimizerHyper& hyper, const ShardStep& shard) {
   auto in_one_segment = [&](int64_t begin, int64_t end) { return segment_of(begin)->end >= end; };
 
   auto run_tile = [&](int64_t tile, int participant) {
-    const int64_t tile_end = std::min(shard.n, (tile + 1) * kTileElements);
-    for (int64_t begin = tile * kTileElements; begin < tile_end; begin += chunk_elements) {
+    const int64_t tile_end = std::min(shard.n, (tile + 1) * tile_elements);
+    for (int64_t begin = tile * tile_elements; begin < tile_end; begin += chunk_elements) {
       const int64_t end = std::min(tile_end, begin + chunk_elements);
       RunStates states;
       states.dtype = state_dtype;
@@ -400,7 +411,7 @@ void CpuOptimizer::Step(const OptimizerHyper& hyper, const ShardStep& shard) {
       }
     }
   };
-  const int64_t num_tiles = (shard.n + kTileElements - 1) / kTileElements;
+  const int64_t num_tiles = (shard.n + tile_elements - 1) / tile_elements;
   pool_->Run(num_tiles, run_tile);
 }
 

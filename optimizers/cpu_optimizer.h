@@ -7,9 +7,12 @@
 //   lr, betas and eps) to shard elements [0, shard.n), reading the gradient in its
 //   stored dtype and writing the low-precision parameter copy in the same pass when
 //   shard.param_out is set.
-// - Work is cut into tiles of kTileElements (a multiple of kQuantBlock) handed to the pool's
+// - Work is cut into tiles of tile_elements() (kDefaultTileElements unless the constructor is
+//   given another power of two from kMinTileElements to kMaxTileElements) handed to the pool's
 //   threads; [Note: bit-identical splits] in optimizer_spec.h makes the result independent of
 //   the thread count and of the tiling. Step blocks the calling thread until every tile is done.
+//   Larger tiles start fewer loops (each start has its cost: the hardware prefetchers pick up
+//   each array's stream anew); smaller ones balance small shards over more threads.
 // - fp32 states are updated in place; bf16 states are widened, updated and stochastically
 //   rounded in registers ([Note: fused bf16 states] in optimizer_kernels.cc); int8 states are
 //   decoded in the kernel's loads, updated into a one-block fp32 buffer in L1 and encoded from
@@ -43,14 +46,22 @@ namespace zs {
 
 class CpuOptimizer {
  public:
-  static constexpr int64_t kTileElements = 16 * 1024;
+  // 64K elements (1.8 MiB of AdamW's fp32 arrays): 3-5% faster steps at 200M parameters than
+  // 16K on the Intel host of docs/PERFORMANCE.md ("Session of 2026-12-06"), the same at 1M,
+  // and enough tiles to share a 1M-parameter shard among 16 threads.
+  static constexpr int64_t kDefaultTileElements = 64 * 1024;
+  // Tiles start on int8 scratch chunks (2048 elements) and never straddle a 2^32 boundary of
+  // shard indices (bf16 states' rounding key changes there): powers of two in this range.
+  static constexpr int64_t kMinTileElements = 2048;
+  static constexpr int64_t kMaxTileElements = int64_t{1} << 30;
   // kAutoPrefetch's distance where it prefetches: on the Intel host of [Note: software
   // prefetch], 128 to 768 elements ahead all closed most of the gap, 256 best.
   static constexpr int64_t kDefaultPrefetchElements = 256;
   // The largest ShardStep::prefetch_elements accepted.
   static constexpr int64_t kMaxPrefetchElements = int64_t{1} << 20;
 
-  explicit CpuOptimizer(int threads = 1);
+  // `tile_elements`: a power of two in [kMinTileElements, kMaxTileElements] (ZS_CHECK).
+  explicit CpuOptimizer(int threads = 1, int64_t tile_elements = kDefaultTileElements);
   ~CpuOptimizer();
   CpuOptimizer(const CpuOptimizer&) = delete;
   CpuOptimizer& operator=(const CpuOptimizer&) = delete;
@@ -58,6 +69,7 @@ class CpuOptimizer {
   void Step(const OptimizerHyper& hyper, const ShardStep& shard);
 
   int threads() const;
+  int64_t tile_elements() const { return tile_elements_; }
 
   // The bytes of every array one Step over `shard` reads or writes, each counted once.
   static int64_t StepWorkingSetBytes(const OptimizerHyper& hyper, const ShardStep& shard);
@@ -79,6 +91,7 @@ class CpuOptimizer {
 
  private:
   class Pool;
+  int64_t tile_elements_;
   std::unique_ptr<Pool> pool_;
 };
 

@@ -29,7 +29,10 @@ constexpr bool kSlowBuild = true;
 constexpr bool kSlowBuild = false;
 #endif
 
-constexpr int64_t kTile = CpuOptimizer::kTileElements;
+// The tile the tests step with (CpuOptimizer(threads, kTile)): small, so that shards of a few
+// tiles stay quick to check; BitIdenticalAcrossThreadsAndSplits compares it with the default
+// and the smallest tile.
+constexpr int64_t kTile = 16 * 1024;
 
 // splitmix64: cheap, deterministic, the same on every platform.
 class Rng {
@@ -365,7 +368,7 @@ const std::optional<DType> kParamDTypes[] = {std::nullopt, DType::kBF16, DType::
 const DType kGradDTypes[] = {DType::kF32, DType::kBF16, DType::kF16};
 
 TEST(CpuOptimizerTest, MatchesFloat64ReferenceFp32States) {
-  CpuOptimizer opt(1);
+  CpuOptimizer opt(1, kTile);
   uint64_t seed = 1;
   for (const KindCase& k : kKinds) {
     for (DType gd : kGradDTypes) {
@@ -383,7 +386,7 @@ TEST(CpuOptimizerTest, MatchesFloat64ReferenceFp32States) {
 }
 
 TEST(CpuOptimizerTest, MatchesFloat64ReferenceReducedStates) {
-  CpuOptimizer opt(2);
+  CpuOptimizer opt(2, kTile);
   uint64_t seed = 1000;
   const int64_t sizes[] = {1000, kSlowBuild ? kTile + 300 : 40001};
   for (const KindCase& k : kKinds) {
@@ -412,7 +415,7 @@ std::vector<GroupHyper> DistinctGroups(const KindCase& k) {
 }
 
 TEST(CpuOptimizerTest, ParameterGroupsMatchFloat64Reference) {
-  CpuOptimizer opt(2);
+  CpuOptimizer opt(2, kTile);
   uint64_t seed = 5000;
   const int64_t sizes[] = {33, kSlowBuild ? kTile + 300 : 3 * kTile + 77};
   for (const KindCase& k : kKinds) {
@@ -432,7 +435,7 @@ TEST(CpuOptimizerTest, ParameterGroupsMatchFloat64Reference) {
 // A group with OptimizerHyper's own values steps exactly as no groups; one that differs in a
 // single field changes exactly its own segments.
 TEST(CpuOptimizerTest, GroupsChangeOnlyTheirOwnSegments) {
-  CpuOptimizer opt(1);
+  CpuOptimizer opt(1, kTile);
   for (const KindCase& k : kKinds) {
     SCOPED_TRACE(k.name);
     const int64_t n = 2 * kTile + 5;
@@ -472,7 +475,9 @@ void ExpectSameBits(const Shard& a, const Shard& b, const std::string& what) {
 }
 
 TEST(CpuOptimizerTest, BitIdenticalAcrossThreadsAndSplits) {
-  CpuOptimizer opt1(1), opt2(2), opt3(3);
+  CpuOptimizer opt1(1, kTile), opt2(2, kTile), opt3(3, kTile);
+  CpuOptimizer default_tiles(2), smallest_tiles(2, CpuOptimizer::kMinTileElements);
+  ASSERT_EQ(default_tiles.tile_elements(), CpuOptimizer::kDefaultTileElements);
   const int64_t n = kSlowBuild ? kTile + 77 : 40001;
   struct Dtypes {
     DType grad;
@@ -492,10 +497,12 @@ TEST(CpuOptimizerTest, BitIdenticalAcrossThreadsAndSplits) {
         ++seed;
         Shard base(k, n, sd, d.grad, d.param, seed);
         RunSteps(opt1, base, 1, 3);
-        for (CpuOptimizer* opt : {&opt2, &opt3}) {
+        for (CpuOptimizer* opt : {&opt2, &opt3, &default_tiles, &smallest_tiles}) {
           Shard other(k, n, sd, d.grad, d.param, seed);
           RunSteps(*opt, other, 1, 3);
-          ExpectSameBits(base, other, fmt::format("{} threads", opt->threads()));
+          ExpectSameBits(base, other,
+                         fmt::format("{} threads, tiles of {}", opt->threads(),
+                                     opt->tile_elements()));
         }
         // Sub-shards start tiles elsewhere: any cut for fp32 states, block-aligned cuts for
         // int8 (bf16 states key their rounding on the shard index, so they are not cut).
@@ -520,7 +527,7 @@ TEST(CpuOptimizerTest, BitIdenticalAcrossThreadsAndSplits) {
 // instead: the bits must not change. Also with non-finite states: a NaN gradient gives Lion a
 // NaN momentum under a finite weight, and a huge one gives Adam an infinite second moment.
 TEST(CpuOptimizerTest, FusedInt8EqualsScratchPath) {
-  CpuOptimizer opt(2);
+  CpuOptimizer opt(2, kTile);
   const int64_t n = kSlowBuild ? kTile + 300 : 3 * kTile + 1234;
   uint64_t seed = 7000;
   auto same_floats = [](const std::vector<float>& a, const std::vector<float>& b) {
@@ -583,7 +590,7 @@ TEST(CpuOptimizerTest, AllSimdTargetsAgree) {
         std::string base_target;
         for (int64_t target : targets) {
           hwy::SetSupportedTargetsForTest(target);
-          CpuOptimizer opt(1);
+          CpuOptimizer opt(1, kTile);
           Shard shard(k, n, sd, gd, pd, seed);
           RunSteps(opt, shard, 1, 2);
           if (&k == &kKinds[0] && gd == DType::kF32 && sd == StateDType::kF32) {
@@ -617,7 +624,7 @@ TEST(CpuOptimizerTest, StreamedParamOutEqualsCached) {
   uint64_t seed = 9500;
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(target);
-    CpuOptimizer opt(2);
+    CpuOptimizer opt(2, kTile);
     for (const KindCase& k : kKinds) {
       for (DType pd : {DType::kBF16, DType::kF16, DType::kF32}) {
         for (StateDType sd : {StateDType::kF32, StateDType::kBF16, StateDType::kInt8}) {
@@ -706,7 +713,7 @@ TEST(CpuOptimizerTest, PrefetchingDoesNotChangeResults) {
   uint64_t seed = 9700;
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(target);
-    CpuOptimizer opt(2);
+    CpuOptimizer opt(2, kTile);
     for (const KindCase& k : kKinds) {
       for (StateDType sd : {StateDType::kF32, StateDType::kBF16, StateDType::kInt8}) {
         if (sd != StateDType::kF32 && StatesOf(k) == 0) continue;
@@ -784,7 +791,7 @@ TEST(CpuOptimizerTest, ConversionsMatchScalarDtype) {
   const KindCase sgd{"SGD", OptimizerKind::kSgd, 0.0f};
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(target);
-    CpuOptimizer opt(2);
+    CpuOptimizer opt(2, kTile);
     SCOPED_TRACE(CpuOptimizer::SimdTarget());
     // Rounding: random bit patterns plus the edges of both formats.
     std::vector<float> values = {0.0f,
@@ -857,7 +864,7 @@ TEST(CpuOptimizerTest, ConversionsMatchScalarDtype) {
 // AdamW and Adam keep the scalar engine reference's operation order, so they agree with it bit
 // for bit (both are compiled with -ffp-contract=off: optimizers/CMakeLists.txt).
 TEST(CpuOptimizerTest, AdamBitIdenticalToScalarEngineReference) {
-  CpuOptimizer opt(2);
+  CpuOptimizer opt(2, kTile);
   uint64_t seed = 7000;
   for (const KindCase& k : {kKinds[0], kKinds[1]}) {
     for (DType gd : kGradDTypes) {
@@ -892,7 +899,7 @@ TEST(CpuOptimizerTest, AdamBitIdenticalToScalarEngineReference) {
 }
 
 TEST(CpuOptimizerTest, EmptyShardAndNames) {
-  CpuOptimizer opt(3);
+  CpuOptimizer opt(3, kTile);
   EXPECT_EQ(opt.threads(), 3);
   ShardStep empty;
   opt.Step(MakeHyper(kKinds[0], 1), empty);  // nothing to do, nothing touched
@@ -921,6 +928,9 @@ TEST(CpuOptimizerDeathTest, SegmentsMustCoverTheShard) {
   EXPECT_DEATH(CpuOptimizer(1).Step(MakeHyper(kKinds[0], 1), st), "prefetch_elements = -2");
   st.prefetch_elements = CpuOptimizer::kMaxPrefetchElements + 1;
   EXPECT_DEATH(CpuOptimizer(1).Step(MakeHyper(kKinds[0], 1), st), "prefetch_elements = 1048577");
+  EXPECT_DEATH(CpuOptimizer(1, 1024), "tile_elements = 1024");
+  EXPECT_DEATH(CpuOptimizer(1, 3 * 4096), "tile_elements = 12288");
+  EXPECT_DEATH(CpuOptimizer(1, int64_t{1} << 31), "tile_elements = 2147483648");
 }
 
 }  // namespace
@@ -935,7 +945,7 @@ namespace {
 // segment starts 5 short of a block boundary.
 TEST(CpuOptimizerTest, FusedBf16StatesEqualDecodeUpdateEncode) {
   const int64_t n = 2 * 65536 + 5003;
-  CpuOptimizer opt(2);
+  CpuOptimizer opt(2, kTile);
   const std::pair<OptimizerKind, float> kinds[] = {{OptimizerKind::kAdamW, 0.9f},
                                                    {OptimizerKind::kSgd, 0.9f},
                                                    {OptimizerKind::kAdagrad, 0.9f},
@@ -1064,7 +1074,7 @@ TEST(CpuOptimizerTest, FusedBf16StatesKeepNaNPayloads) {
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(target);
     SCOPED_TRACE(CpuOptimizer::SimdTarget());
-    CpuOptimizer opt(1);
+    CpuOptimizer opt(1, kTile);
     OptimizerHyper h;
     h.kind = OptimizerKind::kAdamW;
     h.step = 2;
@@ -1107,7 +1117,7 @@ TEST(CpuOptimizerTest, Bf16RoundingKeepsNaNWhereverItArises) {
   const float nan = std::bit_cast<float>(0xffffffffu);  // all-ones payload: the hardest case
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(target);
-    CpuOptimizer opt(1);
+    CpuOptimizer opt(1, kTile);
     for (const KindCase& k : kKinds) {
       const int states = StatesOf(k);
       if (states == 0) continue;
