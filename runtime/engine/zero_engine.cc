@@ -727,10 +727,19 @@ double ZeroEngine::optimizer_bytes_per_param() const {
 
 std::string ZeroEngine::optimizer_summary() const {
   const int64_t threads = impl_->config_.zerostack.optimizer_threads;
-  return fmt::format("{}, {} states, CPU kernels {} x {} thread{}",
+  const int64_t prefetch = impl_->config_.zerostack.optimizer_prefetch;
+  const std::string prefetching =
+      prefetch == kAutoPrefetch
+          ? (CpuOptimizer::AutoPrefetchesOnThisCpu()
+                 ? fmt::format("prefetch auto ({} beyond the last-level cache)",
+                               CpuOptimizer::kDefaultPrefetchElements)
+                 : std::string("prefetch auto (none on this CPU)"))
+      : prefetch == 0 ? std::string("no prefetch")
+                      : fmt::format("prefetch {}", prefetch);
+  return fmt::format("{}, {} states, CPU kernels {} x {} thread{}, {}",
                      OptimizerKindName(impl_->Hyper(0.0).kind),
                      StateDTypeName(impl_->state_dtype()), CpuOptimizer::SimdTarget(), threads,
-                     threads == 1 ? "" : "s");
+                     threads == 1 ? "" : "s", prefetching);
 }
 
 GatherReport ZeroEngine::gather_report() const {

@@ -112,8 +112,9 @@ class ZeroEngine final : public UnitAccess {
   // Bytes per parameter the optimizer keeps: the fp32 master plus its states in their dtype
   // (12 for AdamW with fp32 states; int8 states include their block scales).
   double optimizer_bytes_per_param() const;
-  // What steps the shards, for logs: "AdamW, fp32 states, CPU kernels AVX2 x 2 threads" (the
-  // Highway target the kernels dispatched to on this CPU, and optimizer_threads).
+  // What steps the shards, for logs: "AdamW, fp32 states, CPU kernels AVX2 x 2 threads, prefetch
+  // auto (none on this CPU)" (the Highway target the kernels dispatched to on this CPU,
+  // optimizer_threads, and what optimizer_prefetch does here).
   std::string optimizer_summary() const;
 
  private:

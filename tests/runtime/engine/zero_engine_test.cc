@@ -570,15 +570,23 @@ TEST(ZeroEngine, OptimizerSummaryNamesWhatSteps) {
     config.zerostack.optimizer_threads = 2;
     auto engine = ZeroEngine::Create(config, model.Spec(), model.Init(1), **device, comm);
     ZS_RETURN_IF_ERROR(engine.status());
-    EXPECT_EQ((*engine)->optimizer_summary(),
-              "Lion, bf16 states, CPU kernels " + CpuOptimizer::SimdTarget() + " x 2 threads");
+    const std::string auto_prefetch = CpuOptimizer::AutoPrefetchesOnThisCpu()
+                                          ? "prefetch auto (256 beyond the last-level cache)"
+                                          : "prefetch auto (none on this CPU)";
+    EXPECT_EQ((*engine)->optimizer_summary(), "Lion, bf16 states, CPU kernels " +
+                                                  CpuOptimizer::SimdTarget() + " x 2 threads, " +
+                                                  auto_prefetch);
     config.optimizer.type = OptimizerType::kAdamW;
     config.zerostack.optimizer_state_dtype = OptimizerStateType::kF32;
     config.zerostack.optimizer_threads = 1;
-    engine = ZeroEngine::Create(config, model.Spec(), model.Init(1), **device, comm);
-    ZS_RETURN_IF_ERROR(engine.status());
-    EXPECT_EQ((*engine)->optimizer_summary(),
-              "AdamW, fp32 states, CPU kernels " + CpuOptimizer::SimdTarget() + " x 1 thread");
+    for (int64_t prefetch : {int64_t{0}, int64_t{512}}) {
+      config.zerostack.optimizer_prefetch = prefetch;
+      engine = ZeroEngine::Create(config, model.Spec(), model.Init(1), **device, comm);
+      ZS_RETURN_IF_ERROR(engine.status());
+      EXPECT_EQ((*engine)->optimizer_summary(),
+                "AdamW, fp32 states, CPU kernels " + CpuOptimizer::SimdTarget() + " x 1 thread, " +
+                    (prefetch == 0 ? "no prefetch" : "prefetch 512"));
+    }
     return OkStatus();
   });
   EXPECT_TRUE(status.ok()) << status.ToString();
