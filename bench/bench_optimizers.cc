@@ -210,13 +210,13 @@ void Report(benchmark::State& state, const Shard& s) {
   state.SetItemsProcessed(int64_t(state.iterations()) * s.n);
   state.SetBytesProcessed(int64_t(state.iterations()) * s.n * bpp);
   state.counters["bytes_per_param"] = double(bpp);
-  state.SetLabel(std::string(OptimizerKindName(s.hyper.kind)) + " " +
-                 std::string(StateDTypeName(s.state_dtype)) + " states, " +
-                 CpuOptimizer::SimdTarget() +
-                 (CpuOptimizer::StreamsParamOut(s.hyper, s.step) ? ", streamed param_out" : "") +
-                 (CpuOptimizer::PrefetchElements(s.hyper, s.step) > 0
-                      ? ", prefetch " + std::to_string(CpuOptimizer::PrefetchElements(s.hyper, s.step))
-                      : ""));
+  state.SetLabel(
+      std::string(OptimizerKindName(s.hyper.kind)) + " " +
+      std::string(StateDTypeName(s.state_dtype)) + " states, " + CpuOptimizer::SimdTarget() +
+      (CpuOptimizer::StreamsParamOut(s.hyper, s.step) ? ", streamed param_out" : "") +
+      (CpuOptimizer::PrefetchElements(s.hyper, s.step) > 0
+           ? ", prefetch " + std::to_string(CpuOptimizer::PrefetchElements(s.hyper, s.step))
+           : ""));
 }
 
 // Args: kind, state dtype, parameters, threads.
@@ -315,8 +315,8 @@ void OneShardAB(benchmark::State& state, const std::function<void(ShardStep&, bo
     configure(s->step, a);
     return TimedStep(optimizer, *s);
   };
-  const double speedup =
-      Alternate(state, [&] { return step(true); }, [&] { return step(false); }, b_ms_counter);
+  const double speedup = Alternate(
+      state, [&] { return step(true); }, [&] { return step(false); }, b_ms_counter);
   configure(s->step, true);
   Report(state, *s);
   state.counters[speedup_counter] = speedup;

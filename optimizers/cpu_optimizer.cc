@@ -1,5 +1,7 @@
 #include "optimizers/cpu_optimizer.h"
 
+#include <unistd.h>  // sysconf: cache sizes
+
 #include <algorithm>
 #include <atomic>
 #include <bit>
@@ -14,8 +16,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <unistd.h>  // sysconf: cache sizes
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>  // __get_cpuid: the CPU vendor (kAutoPrefetch)
 #endif
@@ -140,12 +140,28 @@ class CpuOptimizer::Pool {
   bool stop_ = false;
 };
 
-CpuOptimizer::CpuOptimizer(int threads, int64_t tile_elements)
-    : tile_elements_(tile_elements), pool_(std::make_unique<Pool>(threads)) {
-  ZS_CHECK(tile_elements >= kMinTileElements && tile_elements <= kMaxTileElements &&
+namespace {
+
+// `tile_elements` when it is a valid tile size; a ZS_CHECK failure otherwise.
+int64_t CheckedTileElements(int64_t tile_elements) {
+  ZS_CHECK(tile_elements >= CpuOptimizer::kMinTileElements &&
+               tile_elements <= CpuOptimizer::kMaxTileElements &&
                std::has_single_bit(uint64_t(tile_elements)),
            "tile_elements = {}: expected a power of two from {} to {}", tile_elements,
-           kMinTileElements, kMaxTileElements);
+           CpuOptimizer::kMinTileElements, CpuOptimizer::kMaxTileElements);
+  return tile_elements;
+}
+
+}  // namespace
+
+// The tile size is checked before the pool starts its threads.
+CpuOptimizer::CpuOptimizer(int threads, int64_t tile_elements)
+    : tile_elements_(CheckedTileElements(tile_elements)), pool_(std::make_unique<Pool>(threads)) {}
+
+int64_t CpuOptimizer::StepTileElements(int64_t n) const {
+  int64_t tile = tile_elements_;
+  while (tile > kMinTileElements && (n + tile - 1) / tile < threads()) tile /= 2;
+  return tile;
 }
 CpuOptimizer::~CpuOptimizer() = default;
 
@@ -317,7 +333,7 @@ void CpuOptimizer::Step(const OptimizerHyper& hyper, const ShardStep& shard) {
   // A kind without states steps alike whatever the state type.
   const StateDType state_dtype = num_states == 0 ? StateDType::kF32 : shard.state_dtype;
   const bool int8_states = state_dtype == StateDType::kInt8;
-  const int64_t tile_elements = tile_elements_;
+  const int64_t tile_elements = StepTileElements(shard.n);
   const int64_t chunk_elements = int8_states ? kScratchElements : tile_elements;
 
   // The states of a run of elements [begin, ...): where element `begin` of each state is.

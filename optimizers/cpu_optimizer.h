@@ -8,9 +8,11 @@
 //   stored dtype and writing the low-precision parameter copy in the same pass when
 //   shard.param_out is set.
 // - Work is cut into tiles of tile_elements() (kDefaultTileElements unless the constructor is
-//   given another power of two from kMinTileElements to kMaxTileElements) handed to the pool's
-//   threads; [Note: bit-identical splits] in optimizer_spec.h makes the result independent of
-//   the thread count and of the tiling. Step blocks the calling thread until every tile is done.
+//   given another power of two from kMinTileElements to kMaxTileElements; smaller, down to
+//   kMinTileElements, when a shard has fewer than threads() tiles of that size, so that every
+//   thread gets work: StepTileElements) handed to the pool's threads; [Note: bit-identical
+//   splits] in optimizer_spec.h makes the result independent of the thread count and of the
+//   tiling. Step blocks the calling thread until every tile is done.
 //   Larger tiles start fewer loops (each start has its cost: the hardware prefetchers pick up
 //   each array's stream anew); smaller ones balance small shards over more threads.
 // - fp32 states are updated in place; bf16 states are widened, updated and stochastically
@@ -31,7 +33,8 @@
 //   the caller (0 or 1 = the caller alone). One Step at a time per object; different objects
 //   are independent.
 // - Errors: none at run time; invalid shards (null master, missing states for the kind,
-//   prefetch_elements outside [kAutoPrefetch, kMaxPrefetchElements],
+//   prefetch_elements outside [kAutoPrefetch, kMaxPrefetchElements], a tile size that is not
+//   a power of two in [kMinTileElements, kMaxTileElements] at construction,
 //   segments not covering [0, n), a segment's group out of range, SGD groups that disagree on
 //   having momentum) are programmer bugs caught by ZS_CHECK.
 #pragma once
@@ -46,9 +49,9 @@ namespace zs {
 
 class CpuOptimizer {
  public:
-  // 64K elements (1.8 MiB of AdamW's fp32 arrays): 3-5% faster steps at 200M parameters than
-  // 16K on the Intel host of docs/PERFORMANCE.md ("Session of 2026-12-06"), the same at 1M,
-  // and enough tiles to share a 1M-parameter shard among 16 threads.
+  // 64K elements (1.75 MiB moved by an AdamW step with fp32 states): 3-5% faster steps at 200M
+  // parameters than 16K on the Intel host of docs/PERFORMANCE.md ("Session of 2026-12-06"),
+  // the same at 1M; smaller shards get smaller tiles (StepTileElements).
   static constexpr int64_t kDefaultTileElements = 64 * 1024;
   // Tiles start on int8 scratch chunks (2048 elements) and never straddle a 2^32 boundary of
   // shard indices (bf16 states' rounding key changes there): powers of two in this range.
@@ -70,6 +73,9 @@ class CpuOptimizer {
 
   int threads() const;
   int64_t tile_elements() const { return tile_elements_; }
+  // The tile a Step over n elements uses: tile_elements(), halved while the shard would give
+  // fewer tiles than threads() (never below kMinTileElements). Results do not depend on it.
+  int64_t StepTileElements(int64_t n) const;
 
   // The bytes of every array one Step over `shard` reads or writes, each counted once.
   static int64_t StepWorkingSetBytes(const OptimizerHyper& hyper, const ShardStep& shard);

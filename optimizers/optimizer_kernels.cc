@@ -367,12 +367,6 @@ HWY_INLINE void PrefetchInputs(const Arrays& p, size_t j, size_t count) {
   PrefetchBytes(p.s1_in, j * StateInBytes<S>(), count * StateInBytes<S>());
 }
 
-// The end of the steps (those starting at i < the result) whose step k.prefetch elements
-// ahead lies within [0, in_range): those prefetch it, the others prefetch nothing.
-HWY_INLINE size_t PrefetchingEnd(const Hoisted& k, size_t in_range, size_t step) {
-  return k.prefetch != 0 && in_range >= k.prefetch + step ? in_range - k.prefetch - step + 1 : 0;
-}
-
 // Runs elements [i, i + count) of `p`, fewer than a step, through Body2 on a padded copy
 // ([Note: identical tails]); `index`: element i's low 32 index bits. max0 / max1 are copies:
 // the padding's lanes must not count.
@@ -417,8 +411,8 @@ HWY_INLINE void PaddedStep(const Hoisted& k, const Arrays& p, size_t i, size_t c
 // states run one block at a time, and prefetch into the blocks after it). Returns where the
 // whole steps end (int8 states, which start at index 0: the elements max0 / max1 cover).
 template <OptimizerKind K, DType G, int O, StateDType S>
-HWY_INLINE size_t Steps(const Hoisted& k, const Arrays& p, size_t n, uint32_t index_lo,
-                        VMax& max0, VMax& max1, size_t in_range) {
+HWY_INLINE size_t Steps(const Hoisted& k, const Arrays& p, size_t n, uint32_t index_lo, VMax& max0,
+                        VMax& max1, size_t in_range) {
   const DF df;
   const DU du;
   const size_t lanes = hn::Lanes(df);
@@ -431,7 +425,7 @@ HWY_INLINE size_t Steps(const Hoisted& k, const Arrays& p, size_t n, uint32_t in
     if (i != 0) PaddedStep<K, G, O, S>(k, p, 0, i, index_lo, max0, max1);
   }
   const size_t whole = i + (n - i) / step * step;  // the end of the whole steps
-  const size_t prefetching = PrefetchingEnd(k, in_range, step);
+  const size_t prefetching = PrefetchingEnd(k.prefetch, in_range, step);
   const bool stream = k.stream_out && StreamAligned(At(p.out, i * kParamBytes));
   if constexpr (S == StateDType::kBF16) {
     while (i < whole) {

@@ -14,6 +14,7 @@
 // - Pure function of its arguments; thread-safe; no allocation.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "optimizers/optimizer_spec.h"
@@ -73,6 +74,13 @@ struct KernelRange {
 };
 
 void RunOptimizerKernel(const KernelConstants& c, const KernelRange& r);
+
+// Where the kernel loop stops prefetching: a step of `step` elements starting at i prefetches
+// the step `prefetch` elements ahead, [i + prefetch, i + prefetch + step), when i < the result,
+// which is exactly when that step lies within [0, in_range). 0 when prefetch is 0.
+inline size_t PrefetchingEnd(size_t prefetch, size_t in_range, size_t step) {
+  return prefetch != 0 && in_range >= prefetch + step ? in_range - prefetch - step + 1 : 0;
+}
 
 // The Highway target RunOptimizerKernel dispatches to on this machine.
 const char* OptimizerKernelTarget();

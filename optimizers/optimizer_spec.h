@@ -59,14 +59,15 @@
 //   hardware prefetchers do not run far enough ahead of a loop that also has real arithmetic
 //   (a square root and a division per element): the floor pass, with one add per element,
 //   reaches the memory bandwidth, while the AdamW step over the same arrays stalled on loads
-//   (0.85 of the floor on a 2-core Intel Xeon with AVX-512, 200M parameters, 2 threads).
-//   Prefetching every line the step will read (master, gradient, states as stored) a fixed
-//   number of elements ahead (prefetcht0) closes that gap there (0.96), where the floor itself
-//   gains nothing from the same prefetches. On an AMD Zen 4 host, prefetching 512 or 2048
-//   elements ahead made the steps 25-50% slower (docs/PERFORMANCE.md). So
+//   (0.86-0.87 of the floor at 50M and 200M parameters, 2 threads, on a 2-core Intel Xeon with
+//   AVX-512). Prefetching every line the step will read (master, gradient, states as stored) a
+//   fixed number of elements ahead (prefetcht0) closes most of that gap there (0.94-0.96),
+//   where the floor itself gains nothing from the same prefetches. On an AMD Zen 4 host,
+//   prefetching 512 or 2048 elements ahead made the steps 25-50% slower (docs/PERFORMANCE.md). So
 //   ShardStep::prefetch_elements says how far ahead (0: no software prefetch), and
 //   kAutoPrefetch picks CpuOptimizer::kDefaultPrefetchElements on Intel x86 CPUs when the
-//   step's arrays exceed the last-level cache, none otherwise (CpuOptimizer::PrefetchElements).
+//   step's arrays exceed the last-level cache, none otherwise (CpuOptimizer::PrefetchElements;
+//   the engine decides on all of a rank's units together, stepped one after another).
 //   Prefetches only read: the bits written are the same whatever the distance.
 #pragma once
 

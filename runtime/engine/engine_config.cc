@@ -1,6 +1,5 @@
 #include "runtime/engine/engine_config.h"
 
-#include "optimizers/cpu_optimizer.h"
 #include "optimizers/lr_schedule.h"
 #include "runtime/base/edit_distance.h"
 #include "runtime/engine/param_groups_json.h"
@@ -486,12 +485,13 @@ const std::vector<KeyDecl>& Keys() {
                          "256 with one fp32 scale each"));
     k->push_back(IntKey("zerostack.optimizer_threads", ZS_FIELD(zerostack.optimizer_threads), 1,
                         256, "threads of each rank's CPU optimizer step"));
-    k->push_back(IntKey("zerostack.optimizer_prefetch", ZS_FIELD(zerostack.optimizer_prefetch),
-                        kAutoPrefetch, CpuOptimizer::kMaxPrefetchElements,
+    k->push_back(IntKey("zerostack.optimizer_prefetch", ZS_FIELD(zerostack.optimizer_prefetch), -1,
+                        kMaxOptimizerPrefetch,
                         "how many elements ahead the CPU optimizer step prefetches its inputs: "
-                        "-1 auto (256 on Intel CPUs when the step's arrays exceed the last-level "
-                        "cache, else none), 0 none"));
-    k->back().info.allowed = "-1 (auto), 0 (none), or 1 to 1048576 elements";
+                        "-1 auto (256 on Intel CPUs when the rank's optimizer arrays exceed the "
+                        "last-level cache, else none), 0 none"));
+    k->back().info.allowed =
+        fmt::format("-1 (auto), 0 (none), or 1 to {} elements", kMaxOptimizerPrefetch);
     k->push_back(ParamGroupsKey());
     // Defaults come from a default-built config.
     const EngineConfig defaults;

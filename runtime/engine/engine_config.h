@@ -135,6 +135,9 @@ struct SchedulerConfig {
 // How optimizer states are stored (optimizers/optimizer_spec.h, [Note: state layout]).
 enum class OptimizerStateType { kF32, kBF16, kInt8 };  // "fp32" | "bf16" | "int8"
 
+// The largest zerostack.optimizer_prefetch (CpuOptimizer::kMaxPrefetchElements).
+inline constexpr int64_t kMaxOptimizerPrefetch = int64_t{1} << 20;
+
 // zerostack's own keys (section "zerostack"), for what DeepSpeed's config does not say.
 struct ZerostackConfig {
   int64_t comm_timeout_ms = 60'000;  // deadline of every collective
@@ -143,8 +146,9 @@ struct ZerostackConfig {
   bool prefetch = true;              // stage 3: prefetch from the recorded trace
   OptimizerStateType optimizer_state_dtype = OptimizerStateType::kF32;
   int64_t optimizer_threads = 1;     // threads of each rank's CPU optimizer step
-  // Elements ahead the CPU optimizer step prefetches its inputs: -1 auto, 0 none
-  // (ShardStep::prefetch_elements, [Note: software prefetch] in optimizers/optimizer_spec.h).
+  // Elements ahead the CPU optimizer step prefetches its inputs: -1 auto, 0 none, at most
+  // kMaxOptimizerPrefetch (ShardStep::prefetch_elements, [Note: software prefetch] in
+  // optimizers/optimizer_spec.h; zero_engine.cc checks that the values agree).
   int64_t optimizer_prefetch = -1;
   // Hyper-parameters per named parameter group (param_group_config.h); empty: one group.
   std::vector<ParamGroupConfig> param_groups;

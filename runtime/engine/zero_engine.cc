@@ -106,6 +106,7 @@ class ZeroEngine::Impl {
   Status CheckParamGroups() const;
   std::vector<GroupHyper> GroupHypers(const OptimizerHyper& hyper) const;
   StateDType state_dtype() const;
+  int64_t OptimizerPrefetchElements(const OptimizerHyper& hyper) const;
   int64_t MicroBatchesPending() const;
 
   const EngineConfig config_;
@@ -480,6 +481,7 @@ StatusOr<StepResult> ZeroEngine::Impl::Step() {
 
   const OptimizerHyper hyper = Hyper(result.lr);
   const std::vector<GroupHyper> groups = GroupHypers(hyper);
+  const int64_t prefetch_elements = OptimizerPrefetchElements(hyper);
   for (size_t u = 0; u < units_.size(); ++u) {
     UnitState& s = units_[u];
     s.reduced = 0;
@@ -500,7 +502,7 @@ StatusOr<StepResult> ZeroEngine::Impl::Step() {
     shard.grad_scale = grad_scale;
     shard.param_out = s.params.data_as<char>() + (s.opt_begin - s.param_base) * elem;
     shard.param_dtype = dtype_;
-    shard.prefetch_elements = config_.zerostack.optimizer_prefetch;
+    shard.prefetch_elements = prefetch_elements;
     shard.segments = s.segments;
     shard.groups = groups;
     // The stochastic-rounding stream of this unit and range (bf16 states).
@@ -517,6 +519,27 @@ StatusOr<StepResult> ZeroEngine::Impl::Step() {
   result.step = step_;
   return result;
 }
+
+// zerostack.optimizer_prefetch, with auto decided for the rank's step as a whole: the units are
+// stepped one after another, so each unit's arrays come from memory when all of them together
+// exceed the last-level cache, however small one unit is.
+int64_t ZeroEngine::Impl::OptimizerPrefetchElements(const OptimizerHyper& hyper) const {
+  const int64_t configured = config_.zerostack.optimizer_prefetch;
+  if (configured != kAutoPrefetch) return configured;
+  // Only sized, never stepped: PrefetchElements reads n, the dtypes and which arrays exist (every
+  // unit's step writes param_out, so a non-null marker stands for it).
+  char param_out_marker = 0;
+  ShardStep whole;
+  for (const UnitState& s : units_) whole.n += s.opt_size;
+  whole.state_dtype = state_dtype();
+  whole.grad_dtype = dtype_;
+  whole.param_out = &param_out_marker;
+  whole.param_dtype = dtype_;
+  return CpuOptimizer::PrefetchElements(hyper, whole);
+}
+
+static_assert(kAutoPrefetch == -1 && kMaxOptimizerPrefetch == CpuOptimizer::kMaxPrefetchElements,
+              "zerostack.optimizer_prefetch's values are ShardStep::prefetch_elements'");
 
 StateDType ZeroEngine::Impl::state_dtype() const {
   switch (config_.zerostack.optimizer_state_dtype) {

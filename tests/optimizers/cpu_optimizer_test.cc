@@ -478,6 +478,13 @@ TEST(CpuOptimizerTest, BitIdenticalAcrossThreadsAndSplits) {
   CpuOptimizer opt1(1, kTile), opt2(2, kTile), opt3(3, kTile);
   CpuOptimizer default_tiles(2), smallest_tiles(2, CpuOptimizer::kMinTileElements);
   ASSERT_EQ(default_tiles.tile_elements(), CpuOptimizer::kDefaultTileElements);
+  // Shards of fewer than threads tiles get smaller tiles, so that every thread has work.
+  EXPECT_EQ(default_tiles.StepTileElements(1 << 20), CpuOptimizer::kDefaultTileElements);
+  EXPECT_EQ(default_tiles.StepTileElements(2 * 65536), 65536);
+  EXPECT_EQ(default_tiles.StepTileElements(65536), 32768);
+  EXPECT_EQ(default_tiles.StepTileElements(40001), 32768);
+  EXPECT_EQ(default_tiles.StepTileElements(100), CpuOptimizer::kMinTileElements);
+  EXPECT_EQ(opt1.StepTileElements(100), kTile);  // one thread: never smaller
   const int64_t n = kSlowBuild ? kTile + 77 : 40001;
   struct Dtypes {
     DType grad;
@@ -500,9 +507,9 @@ TEST(CpuOptimizerTest, BitIdenticalAcrossThreadsAndSplits) {
         for (CpuOptimizer* opt : {&opt2, &opt3, &default_tiles, &smallest_tiles}) {
           Shard other(k, n, sd, d.grad, d.param, seed);
           RunSteps(*opt, other, 1, 3);
-          ExpectSameBits(base, other,
-                         fmt::format("{} threads, tiles of {}", opt->threads(),
-                                     opt->tile_elements()));
+          ExpectSameBits(
+              base, other,
+              fmt::format("{} threads, tiles of {}", opt->threads(), opt->tile_elements()));
         }
         // Sub-shards start tiles elsewhere: any cut for fp32 states, block-aligned cuts for
         // int8 (bf16 states key their rounding on the shard index, so they are not cut).
@@ -703,13 +710,33 @@ TEST(CpuOptimizerTest, AutoStreamsParamOutBeyondTheLastLevelCache) {
   EXPECT_EQ(CpuOptimizer::StepWorkingSetBytes(MakeHyper(kKinds[2], 1), st), st.n * 8);
 }
 
+// The loop prefetches a step ahead exactly while that step lies inside the range.
+TEST(CpuOptimizerTest, PrefetchingEndKeepsPrefetchesInsideTheRange) {
+  using internal::PrefetchingEnd;
+  for (size_t step : {size_t{2}, size_t{8}, size_t{32}, size_t{128}}) {
+    for (size_t prefetch : {size_t{1}, size_t{37}, size_t{256}, size_t{4096}}) {
+      for (size_t in_range : {size_t{0}, step, prefetch, prefetch + step - 1, prefetch + step,
+                              prefetch + step + 1, size_t{65536}}) {
+        SCOPED_TRACE(fmt::format("step {} prefetch {} range {}", step, prefetch, in_range));
+        const size_t end = PrefetchingEnd(prefetch, in_range, step);
+        // Every step before `end` prefetches inside the range, the first one after it would not.
+        if (end > 0) {
+          EXPECT_LE(end - 1 + prefetch + step, in_range);
+        }
+        EXPECT_GT(end + prefetch + step, in_range);
+      }
+    }
+    EXPECT_EQ(PrefetchingEnd(0, 65536, step), 0u);
+  }
+}
+
 // [Note: software prefetch]: prefetching any distance ahead writes the bits no prefetching
 // does, on every SIMD target, kind and state dtype, with two threads; the distances reach
-// inside a step, a vector, an int8 block, a tile and past the shard.
+// inside a step, an int8 block, an int8 chunk (2048) and a tile, up to the end of each range.
 TEST(CpuOptimizerTest, PrefetchingDoesNotChangeResults) {
   const int64_t n = kSlowBuild ? kTile + 333 : 2 * kTile + 333;
-  const int64_t distances[] = {1, 37, kQuantBlock, CpuOptimizer::kDefaultPrefetchElements,
-                               kTile - 5, n + 5};
+  const int64_t distances[] = {1, 37, CpuOptimizer::kDefaultPrefetchElements, 2048 - 64,
+                               kTile - 64};
   uint64_t seed = 9700;
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(target);
@@ -745,6 +772,20 @@ TEST(CpuOptimizerTest, PrefetchingDoesNotChangeResults) {
   hwy::SetSupportedTargetsForTest(0);
 }
 
+// On x86, whether /proc/cpuinfo's vendor_id is GenuineIntel (read independently of the CPUID
+// check under test); nullopt where it has no vendor_id. Elsewhere false: auto never prefetches.
+#if defined(__x86_64__) || defined(__i386__)
+std::optional<bool> CpuinfoSaysIntel() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("vendor_id", 0) == 0) return line.find("GenuineIntel") != std::string::npos;
+  }
+  return std::nullopt;
+}
+#else
+std::optional<bool> CpuinfoSaysIntel() { return false; }
+#endif
+
 // kAutoPrefetch prefetches kDefaultPrefetchElements ahead exactly when this CPU is one where
 // that pays and the step's arrays exceed the last-level cache; a set distance is kept.
 TEST(CpuOptimizerTest, AutoPrefetchBeyondTheLastLevelCache) {
@@ -765,23 +806,9 @@ TEST(CpuOptimizerTest, AutoPrefetchBeyondTheLastLevelCache) {
     st.prefetch_elements = set;
     EXPECT_EQ(CpuOptimizer::PrefetchElements(adamw, st), set);
   }
-#if defined(__x86_64__) || defined(__i386__)
-  // The vendor string, read independently of the implementation.
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line;
-  bool intel = false;
-  while (std::getline(cpuinfo, line)) {
-    if (line.rfind("vendor_id", 0) == 0) {
-      intel = line.find("GenuineIntel") != std::string::npos;
-      break;
-    }
+  if (const std::optional<bool> intel = CpuinfoSaysIntel()) {
+    EXPECT_EQ(CpuOptimizer::AutoPrefetchesOnThisCpu(), *intel);
   }
-  if (cpuinfo.is_open()) {
-    EXPECT_EQ(CpuOptimizer::AutoPrefetchesOnThisCpu(), intel);
-  }
-#else
-  EXPECT_FALSE(CpuOptimizer::AutoPrefetchesOnThisCpu());
-#endif
 }
 
 // param_out conversions and gradient loads agree with runtime/base/dtype.h on every bit
@@ -945,67 +972,76 @@ namespace {
 // segment starts 5 short of a block boundary.
 TEST(CpuOptimizerTest, FusedBf16StatesEqualDecodeUpdateEncode) {
   const int64_t n = 2 * 65536 + 5003;
-  CpuOptimizer opt(2, kTile);
+  // Tiles of 16K, and (one thread, so not made smaller) of 2^17 and the largest: their ranges
+  // cross 64K blocks.
+  CpuOptimizer small_tiles(2, kTile), large_tiles(1, int64_t{1} << 17),
+      largest_tiles(1, CpuOptimizer::kMaxTileElements);
   const std::pair<OptimizerKind, float> kinds[] = {{OptimizerKind::kAdamW, 0.9f},
                                                    {OptimizerKind::kSgd, 0.9f},
                                                    {OptimizerKind::kAdagrad, 0.9f},
                                                    {OptimizerKind::kLion, 0.9f}};
-  for (auto [kind, beta1] : kinds) {
-    OptimizerHyper h;
-    h.kind = kind;
-    h.beta1 = beta1;
-    h.lr = 1e-2f;
-    h.step = 3;
-    const int states = NumStates(kind, beta1);
-    std::vector<float> master(n), grad(n), fp32_state[2];
-    for (int64_t i = 0; i < n; ++i) {
-      master[i] = std::sin(float(i) * 0.37f);
-      grad[i] = std::cos(float(i) * 0.11f) * 1e-2f;
-    }
-    std::vector<uint16_t> codes[2];
-    for (int k = 0; k < states; ++k) {
-      std::vector<float> init(n);
-      for (int64_t i = 0; i < n; ++i) init[i] = 1e-3f * (1.5f + std::sin(float(i * (k + 3))));
-      codes[k].resize(n);
-      EncodeState(StateDType::kBF16, init.data(), 0, n, codes[k].data(), nullptr, 5, 0, k);
-      fp32_state[k].resize(n);
-      DecodeState(StateDType::kBF16, codes[k].data(), nullptr, 0, n, fp32_state[k].data());
-    }
-    const std::vector<ShardSegment> segments = {{0, 65536 - 5, 0.0f}, {65536 - 5, n, 0.1f}};
-    // A: fused.
-    std::vector<float> master_a = master;
-    ShardStep a;
-    a.n = n;
-    a.master = master_a.data();
-    for (int k = 0; k < states; ++k) a.state[k] = codes[k].data();
-    a.state_dtype = StateDType::kBF16;
-    a.grad = grad.data();
-    a.segments = segments;
-    a.seed = 99;
-    opt.Step(h, a);
-    // B: fp32 states, then encoded with the same stream.
-    std::vector<float> master_b = master;
-    ShardStep b = a;
-    b.master = master_b.data();
-    for (int k = 0; k < states; ++k) b.state[k] = fp32_state[k].data();
-    b.state_dtype = StateDType::kF32;
-    opt.Step(h, b);
-    EXPECT_EQ(std::memcmp(master_a.data(), master_b.data(), n * sizeof(float)), 0)
-        << OptimizerKindName(kind);
-    for (int k = 0; k < states; ++k) {
-      std::vector<uint16_t> encoded(n);
-      EncodeState(StateDType::kBF16, fp32_state[k].data(), 0, n, encoded.data(), nullptr, 99,
-                  h.step, k);
-      EXPECT_EQ(encoded, codes[k]) << OptimizerKindName(kind) << " state " << k;
+  for (CpuOptimizer* tiles : {&small_tiles, &large_tiles, &largest_tiles}) {
+    CpuOptimizer& opt = *tiles;
+    ASSERT_EQ(opt.StepTileElements(n), opt.tile_elements());
+    for (auto [kind, beta1] : kinds) {
+      OptimizerHyper h;
+      h.kind = kind;
+      h.beta1 = beta1;
+      h.lr = 1e-2f;
+      h.step = 3;
+      const int states = NumStates(kind, beta1);
+      std::vector<float> master(n), grad(n), fp32_state[2];
+      for (int64_t i = 0; i < n; ++i) {
+        master[i] = std::sin(float(i) * 0.37f);
+        grad[i] = std::cos(float(i) * 0.11f) * 1e-2f;
+      }
+      std::vector<uint16_t> codes[2];
+      for (int k = 0; k < states; ++k) {
+        std::vector<float> init(n);
+        for (int64_t i = 0; i < n; ++i) init[i] = 1e-3f * (1.5f + std::sin(float(i * (k + 3))));
+        codes[k].resize(n);
+        EncodeState(StateDType::kBF16, init.data(), 0, n, codes[k].data(), nullptr, 5, 0, k);
+        fp32_state[k].resize(n);
+        DecodeState(StateDType::kBF16, codes[k].data(), nullptr, 0, n, fp32_state[k].data());
+      }
+      const std::vector<ShardSegment> segments = {{0, 65536 - 5, 0.0f}, {65536 - 5, n, 0.1f}};
+      // A: fused.
+      std::vector<float> master_a = master;
+      ShardStep a;
+      a.n = n;
+      a.master = master_a.data();
+      for (int k = 0; k < states; ++k) a.state[k] = codes[k].data();
+      a.state_dtype = StateDType::kBF16;
+      a.grad = grad.data();
+      a.segments = segments;
+      a.seed = 99;
+      opt.Step(h, a);
+      // B: fp32 states, then encoded with the same stream.
+      std::vector<float> master_b = master;
+      ShardStep b = a;
+      b.master = master_b.data();
+      for (int k = 0; k < states; ++k) b.state[k] = fp32_state[k].data();
+      b.state_dtype = StateDType::kF32;
+      opt.Step(h, b);
+      EXPECT_EQ(std::memcmp(master_a.data(), master_b.data(), n * sizeof(float)), 0)
+          << OptimizerKindName(kind);
+      for (int k = 0; k < states; ++k) {
+        std::vector<uint16_t> encoded(n);
+        EncodeState(StateDType::kBF16, fp32_state[k].data(), 0, n, encoded.data(), nullptr, 99,
+                    h.step, k);
+        EXPECT_EQ(encoded, codes[k])
+            << OptimizerKindName(kind) << " state " << k << ", tiles of " << opt.tile_elements();
+      }
     }
   }
 }
 
-// CpuOptimizer's tiles start at aligned indices and never cross a 64K block, but the kernel's
-// contract allows any range. One that starts 37 short of a block boundary beyond 2^32 runs its
-// unaligned first elements through the padded step (the whole hash) and then crosses into the
-// next block with a new block key ([Note: hashing within a 64K block]), on every target. The
-// fused bf16 path must still equal the fp32 update followed by the codec's encode.
+// CpuOptimizer's tiles start at aligned indices (a tile crosses 64K blocks only when it is
+// larger, at a block boundary), but the kernel's contract allows any range. One that starts 37
+// short of a block boundary beyond 2^32 runs its unaligned first elements through the padded step
+// (the whole hash) and then crosses into the next block with a new block key ([Note: hashing within
+// a 64K block]), on every target. The fused bf16 path must still equal the fp32 update followed by
+// the codec's encode.
 TEST(CpuOptimizerTest, FusedBf16KernelRangeAcrossA64KBlock) {
   const int64_t first = (int64_t{1} << 32) + 3 * 65536 - 37;
   const int64_t n = 300;
