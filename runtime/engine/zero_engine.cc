@@ -106,7 +106,12 @@ class ZeroEngine::Impl {
   Status CheckParamGroups() const;
   std::vector<GroupHyper> GroupHypers(const OptimizerHyper& hyper) const;
   StateDType state_dtype() const;
-  int64_t OptimizerPrefetchElements(const OptimizerHyper& hyper) const;
+  // How every unit's optimizer step prefetches and stores param_out this step.
+  struct StepMemoryPlan {
+    int64_t prefetch_elements;
+    ParamOutStores param_out_stores;
+  };
+  StepMemoryPlan PlanStepMemory(const OptimizerHyper& hyper) const;
   int64_t MicroBatchesPending() const;
 
   const EngineConfig config_;
@@ -481,7 +486,7 @@ StatusOr<StepResult> ZeroEngine::Impl::Step() {
 
   const OptimizerHyper hyper = Hyper(result.lr);
   const std::vector<GroupHyper> groups = GroupHypers(hyper);
-  const int64_t prefetch_elements = OptimizerPrefetchElements(hyper);
+  const StepMemoryPlan plan = PlanStepMemory(hyper);
   for (size_t u = 0; u < units_.size(); ++u) {
     UnitState& s = units_[u];
     s.reduced = 0;
@@ -502,7 +507,8 @@ StatusOr<StepResult> ZeroEngine::Impl::Step() {
     shard.grad_scale = grad_scale;
     shard.param_out = s.params.data_as<char>() + (s.opt_begin - s.param_base) * elem;
     shard.param_dtype = dtype_;
-    shard.prefetch_elements = prefetch_elements;
+    shard.prefetch_elements = plan.prefetch_elements;
+    shard.param_out_stores = plan.param_out_stores;
     shard.segments = s.segments;
     shard.groups = groups;
     // The stochastic-rounding stream of this unit and range (bf16 states).
@@ -520,13 +526,14 @@ StatusOr<StepResult> ZeroEngine::Impl::Step() {
   return result;
 }
 
-// zerostack.optimizer_prefetch, with auto decided for the rank's step as a whole: the units are
-// stepped one after another, so each unit's arrays come from memory when all of them together
-// exceed the last-level cache, however small one unit is.
-int64_t ZeroEngine::Impl::OptimizerPrefetchElements(const OptimizerHyper& hyper) const {
-  const int64_t configured = config_.zerostack.optimizer_prefetch;
-  if (configured != kAutoPrefetch) return configured;
-  // Only sized, never stepped: PrefetchElements reads n, the dtypes and which arrays exist (every
+// The automatic choices (zerostack.optimizer_prefetch = -1, and streaming param_out stores:
+// [Note: streaming param_out]) made for the rank's step as a whole: the units are stepped one
+// after another, so each unit's arrays come from memory, and its param_out copy is evicted
+// before it is read, when all of them together exceed the last-level cache, however small one
+// unit is. Decided per unit, a model of many small units would never stream or prefetch.
+ZeroEngine::Impl::StepMemoryPlan ZeroEngine::Impl::PlanStepMemory(
+    const OptimizerHyper& hyper) const {
+  // Only sized, never stepped: CpuOptimizer reads n, the dtypes and which arrays exist (every
   // unit's step writes param_out, so a non-null marker stands for it).
   char param_out_marker = 0;
   ShardStep whole;
@@ -535,7 +542,12 @@ int64_t ZeroEngine::Impl::OptimizerPrefetchElements(const OptimizerHyper& hyper)
   whole.grad_dtype = dtype_;
   whole.param_out = &param_out_marker;
   whole.param_dtype = dtype_;
-  return CpuOptimizer::PrefetchElements(hyper, whole);
+  const int64_t configured = config_.zerostack.optimizer_prefetch;
+  return {
+      .prefetch_elements =
+          configured != kAutoPrefetch ? configured : CpuOptimizer::PrefetchElements(hyper, whole),
+      .param_out_stores = CpuOptimizer::StreamsParamOut(hyper, whole) ? ParamOutStores::kStreaming
+                                                                      : ParamOutStores::kCached};
 }
 
 static_assert(kAutoPrefetch == -1 && kMaxOptimizerPrefetch == CpuOptimizer::kMaxPrefetchElements,
