@@ -82,7 +82,7 @@ struct Array {
 // Runs fn(tile_begin, tile_end) over CpuOptimizer's tiles on `threads` threads (the caller is
 // one of them), claiming tiles dynamically as the optimizer does.
 void ParallelTiles(int threads, int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
-  const int64_t tile = CpuOptimizer::kDefaultTileElements;
+  const int64_t tile = CpuOptimizer::TileFor(n, threads, CpuOptimizer::kDefaultTileElements);
   const int64_t tiles = (n + tile - 1) / tile;
   std::atomic<int64_t> next{0};
   auto work = [&] {
@@ -210,13 +210,12 @@ void Report(benchmark::State& state, const Shard& s) {
   state.SetItemsProcessed(int64_t(state.iterations()) * s.n);
   state.SetBytesProcessed(int64_t(state.iterations()) * s.n * bpp);
   state.counters["bytes_per_param"] = double(bpp);
-  state.SetLabel(
-      std::string(OptimizerKindName(s.hyper.kind)) + " " +
-      std::string(StateDTypeName(s.state_dtype)) + " states, " + CpuOptimizer::SimdTarget() +
-      (CpuOptimizer::StreamsParamOut(s.hyper, s.step) ? ", streamed param_out" : "") +
-      (CpuOptimizer::PrefetchElements(s.hyper, s.step) > 0
-           ? ", prefetch " + std::to_string(CpuOptimizer::PrefetchElements(s.hyper, s.step))
-           : ""));
+  const int64_t prefetch = CpuOptimizer::PrefetchElements(s.hyper, s.step);
+  state.SetLabel(std::string(OptimizerKindName(s.hyper.kind)) + " " +
+                 std::string(StateDTypeName(s.state_dtype)) + " states, " +
+                 CpuOptimizer::SimdTarget() +
+                 (CpuOptimizer::StreamsParamOut(s.hyper, s.step) ? ", streamed param_out" : "") +
+                 (prefetch > 0 ? ", prefetch " + std::to_string(prefetch) : ""));
 }
 
 // Args: kind, state dtype, parameters, threads.
@@ -368,33 +367,28 @@ void RegisterAll() {
       }
     }
   }
+  // The A/B benchmarks (manual time: the A side's).
+  auto register_ab = [](const char* name, void (*fn)(benchmark::State&), OptimizerKind kind,
+                        StateDType type, int64_t params, int threads) {
+    benchmark::RegisterBenchmark(name, fn)
+        ->ArgNames({"kind", "state", "params", "threads"})
+        ->Args({int64_t(kind), int64_t(type), params, threads})
+        ->MinTime(0.5)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond);
+  };
   for (const auto& [params, thread_counts] : sizes) {
     if (params < 1'000'000) continue;  // in cache there is no memory to share
     for (int threads : thread_counts) {
       for (StateDType type : {StateDType::kBF16, StateDType::kInt8}) {
-        benchmark::RegisterBenchmark("BM_VsFp32States", &BM_VsFp32States)
-            ->ArgNames({"kind", "state", "params", "threads"})
-            ->Args({int64_t(OptimizerKind::kAdamW), int64_t(type), params, threads})
-            ->MinTime(0.5)
-            ->UseManualTime()
-            ->Unit(benchmark::kMillisecond);
+        register_ab("BM_VsFp32States", &BM_VsFp32States, OptimizerKind::kAdamW, type, params,
+                    threads);
       }
       for (auto [kind, type] : cases) {
-        if (kind != OptimizerKind::kAdamW) continue;
-        benchmark::RegisterBenchmark("BM_StreamedVsCached", &BM_StreamedVsCached)
-            ->ArgNames({"kind", "state", "params", "threads"})
-            ->Args({int64_t(kind), int64_t(type), params, threads})
-            ->MinTime(0.5)
-            ->UseManualTime()
-            ->Unit(benchmark::kMillisecond);
-      }
-      for (auto [kind, type] : cases) {
-        benchmark::RegisterBenchmark("BM_PrefetchVsNone", &BM_PrefetchVsNone)
-            ->ArgNames({"kind", "state", "params", "threads"})
-            ->Args({int64_t(kind), int64_t(type), params, threads})
-            ->MinTime(0.5)
-            ->UseManualTime()
-            ->Unit(benchmark::kMillisecond);
+        if (kind == OptimizerKind::kAdamW) {
+          register_ab("BM_StreamedVsCached", &BM_StreamedVsCached, kind, type, params, threads);
+        }
+        register_ab("BM_PrefetchVsNone", &BM_PrefetchVsNone, kind, type, params, threads);
       }
     }
   }

@@ -158,9 +158,9 @@ int64_t CheckedTileElements(int64_t tile_elements) {
 CpuOptimizer::CpuOptimizer(int threads, int64_t tile_elements)
     : tile_elements_(CheckedTileElements(tile_elements)), pool_(std::make_unique<Pool>(threads)) {}
 
-int64_t CpuOptimizer::StepTileElements(int64_t n) const {
-  int64_t tile = tile_elements_;
-  while (tile > kMinTileElements && (n + tile - 1) / tile < threads()) tile /= 2;
+int64_t CpuOptimizer::TileFor(int64_t n, int threads, int64_t tile_elements) {
+  int64_t tile = tile_elements;
+  while (tile > kMinTileElements && (n + tile - 1) / tile < threads) tile /= 2;
   return tile;
 }
 CpuOptimizer::~CpuOptimizer() = default;

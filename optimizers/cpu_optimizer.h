@@ -75,7 +75,9 @@ class CpuOptimizer {
   int64_t tile_elements() const { return tile_elements_; }
   // The tile a Step over n elements uses: tile_elements(), halved while the shard would give
   // fewer tiles than threads() (never below kMinTileElements). Results do not depend on it.
-  int64_t StepTileElements(int64_t n) const;
+  int64_t StepTileElements(int64_t n) const { return TileFor(n, threads(), tile_elements_); }
+  // The same rule for any thread count and largest tile (the benchmark's floor walks these).
+  static int64_t TileFor(int64_t n, int threads, int64_t tile_elements);
 
   // The bytes of every array one Step over `shard` reads or writes, each counted once.
   static int64_t StepWorkingSetBytes(const OptimizerHyper& hyper, const ShardStep& shard);
