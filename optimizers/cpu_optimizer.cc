@@ -28,10 +28,10 @@ namespace zs {
 
 namespace {
 
-// int8 states are stepped this many elements at a time. A chunk that crosses a weight-decay
-// segment boundary is decoded into fp32 scratch, updated and encoded back: 2 states x 8 KiB of
-// scratch stay in L1 (a whole tile's scratch, 128 KiB, did not, and the passes over it ran at
-// L2 speed). The others run the fused kernel ([Note: fused int8 states]).
+// The most int8 elements stepped through fp32 scratch at a time: blocks that straddle a
+// weight-decay segment boundary are decoded into it, updated and encoded back, and 2 states x
+// 8 KiB of scratch stay in L1 (a whole tile's scratch, 128 KiB, did not, and the passes over it
+// ran at L2 speed). The other blocks run the fused kernel ([Note: fused int8 states]).
 constexpr int64_t kScratchElements = 2048;
 
 }  // namespace
@@ -326,15 +326,15 @@ void CpuOptimizer::Step(const OptimizerHyper& hyper, const ShardStep& shard) {
   const auto prefetch_elements = static_cast<uint32_t>(PrefetchElements(hyper, shard));
 
   // fp32 states are updated in place, bf16 states in registers ([Note: fused bf16 states] in
-  // optimizer_kernels.cc) and int8 states block by block ([Note: fused int8 states]), a chunk of
-  // kScratchElements at a time. An int8 chunk that crosses a weight-decay segment boundary (the
-  // fused kernel takes one weight decay per range, and ranges start on block boundaries) is
-  // decoded into per-thread fp32 scratch instead, updated there piece by piece and encoded back.
+  // optimizer_kernels.cc) and int8 states block by block ([Note: fused int8 states]): a tile in
+  // one call of the kernel per weight-decay segment. The fused int8 kernel takes one weight decay
+  // per range and ranges that start on block boundaries, so an int8 block that straddles a
+  // segment boundary (and the straddling blocks after it, up to kScratchElements) is decoded
+  // into per-thread fp32 scratch instead, updated there piece by piece and encoded back.
   // A kind without states steps alike whatever the state type.
   const StateDType state_dtype = num_states == 0 ? StateDType::kF32 : shard.state_dtype;
   const bool int8_states = state_dtype == StateDType::kInt8;
   const int64_t tile_elements = StepTileElements(shard.n);
-  const int64_t chunk_elements = int8_states ? kScratchElements : tile_elements;
 
   // The states of a run of elements [begin, ...): where element `begin` of each state is.
   struct RunStates {
@@ -358,6 +358,9 @@ void CpuOptimizer::Step(const OptimizerHyper& hyper, const ShardStep& shard) {
       const int64_t piece_end = std::min(end, seg->end);
       if (piece_end <= pos) continue;  // empty segment
       const size_t skip = static_cast<size_t>(pos - begin);
+      ZS_DCHECK(states.dtype != StateDType::kInt8 || (skip == 0 && piece_end == end),
+                "an int8 run [{}, {}) crosses a weight-decay segment boundary at {}", begin, end,
+                piece_end);
       internal::KernelRange r;
       r.n = piece_end - pos;
       r.master = shard.master + pos;
@@ -394,37 +397,63 @@ void CpuOptimizer::Step(const OptimizerHyper& hyper, const ShardStep& shard) {
   // True when [begin, end) lies in one weight-decay segment.
   auto in_one_segment = [&](int64_t begin, int64_t end) { return segment_of(begin)->end >= end; };
 
+  // The states of element `begin` as stored ([Note: state layout]: int8 codes and scales are
+  // addressed from a block's first element).
+  auto stored_states = [&](int64_t begin) {
+    RunStates states;
+    states.dtype = state_dtype;
+    for (int k = 0; k < num_states; ++k) {
+      states.state[k] = static_cast<uint8_t*>(shard.state[k]) + begin * StateCodeBytes(state_dtype);
+      if (int8_states) states.scale[k] = shard.state_scale[k] + begin / kQuantBlock;
+    }
+    return states;
+  };
+
+  // int8 states over [begin, end) (whole blocks, but the shard's last) through fp32 scratch.
+  auto run_through_scratch = [&](int64_t begin, int64_t end, int participant) {
+    const RunStates states = stored_states(begin);
+    // Root states stay roots in the scratch: the kernel squares and takes the root itself.
+    RunStates scratch;
+    scratch.as_root = true;
+    const int64_t len = end - begin;
+    for (int k = 0; k < num_states; ++k) {
+      scratch.state[k] = pool_->Scratch(participant) + k * kScratchElements;
+      DecodeState(StateDType::kInt8, states.state[k], states.scale[k], begin, len,
+                  static_cast<float*>(scratch.state[k]));
+    }
+    run_pieces(begin, end, scratch);
+    for (int k = 0; k < num_states; ++k) {
+      EncodeState(StateDType::kInt8, static_cast<const float*>(scratch.state[k]), begin, len,
+                  states.state[k], states.scale[k], shard.seed, hyper.step, k);
+    }
+  };
+
   auto run_tile = [&](int64_t tile, int participant) {
-    const int64_t tile_end = std::min(shard.n, (tile + 1) * tile_elements);
-    for (int64_t begin = tile * tile_elements; begin < tile_end; begin += chunk_elements) {
-      const int64_t end = std::min(tile_end, begin + chunk_elements);
-      RunStates states;
-      states.dtype = state_dtype;
-      for (int k = 0; k < num_states; ++k) {
-        // [Note: state layout] int8 codes and scales are addressed from the chunk's first
-        // element (a multiple of kQuantBlock).
-        states.state[k] =
-            static_cast<uint8_t*>(shard.state[k]) + begin * StateCodeBytes(state_dtype);
-        if (int8_states) states.scale[k] = shard.state_scale[k] + begin / kQuantBlock;
-      }
-      if (!int8_states || in_one_segment(begin, end)) {
-        run_pieces(begin, end, states);
+    const int64_t tile_begin = tile * tile_elements;
+    const int64_t tile_end = std::min(shard.n, tile_begin + tile_elements);
+    if (!int8_states) {
+      run_pieces(tile_begin, tile_end, stored_states(tile_begin));
+      return;
+    }
+    for (int64_t begin = tile_begin; begin < tile_end;) {
+      // The whole blocks from `begin` that lie in its segment go to the fused kernel in one run.
+      const int64_t segment_end = segment_of(begin)->end;
+      int64_t end = segment_end >= tile_end ? tile_end : segment_end / kQuantBlock * kQuantBlock;
+      if (end > begin) {
+        run_pieces(begin, end, stored_states(begin));
+        begin = end;
         continue;
       }
-      // Root states stay roots in the scratch: the kernel squares and takes the root itself.
-      RunStates scratch;
-      scratch.as_root = true;
-      const int64_t len = end - begin;
-      for (int k = 0; k < num_states; ++k) {
-        scratch.state[k] = pool_->Scratch(participant) + k * kScratchElements;
-        DecodeState(StateDType::kInt8, states.state[k], states.scale[k], begin, len,
-                    static_cast<float*>(scratch.state[k]));
+      // The block at `begin` straddles a segment boundary: it and the straddling blocks after
+      // it (a run of small tensors) go through the scratch.
+      auto block_end = [&](int64_t b) { return std::min(tile_end, b + kQuantBlock); };
+      end = block_end(begin);
+      while (end < tile_end && end - begin < kScratchElements &&
+             !in_one_segment(end, block_end(end))) {
+        end = block_end(end);
       }
-      run_pieces(begin, end, scratch);
-      for (int k = 0; k < num_states; ++k) {
-        EncodeState(StateDType::kInt8, static_cast<const float*>(scratch.state[k]), begin, len,
-                    states.state[k], states.scale[k], shard.seed, hyper.step, k);
-      }
+      run_through_scratch(begin, end, participant);
+      begin = end;
     }
   };
   const int64_t num_tiles = (shard.n + tile_elements - 1) / tile_elements;

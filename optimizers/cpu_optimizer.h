@@ -19,10 +19,10 @@
 //   rounded in registers ([Note: fused bf16 states] in optimizer_kernels.cc); int8 states are
 //   decoded in the kernel's loads, updated into a one-block fp32 buffer in L1 and encoded from
 //   it (per-block symmetric scale; second moments kept as their roots, which the kernel squares
-//   and takes again: [Note: fused int8 states]). A 2048-element int8 chunk that crosses a
-//   weight-decay segment boundary goes through per-thread fp32 scratch instead (decode, update
-//   piece by piece, encode), with the same result. Each state byte in memory is read and
-//   written once.
+//   and takes again: [Note: fused int8 states]), one kernel run per weight-decay segment of a
+//   tile. An int8 block that straddles a segment boundary (and the straddling blocks after it,
+//   up to 2048 elements) goes through per-thread fp32 scratch instead (decode, update piece by
+//   piece, encode), with the same result. Each state byte in memory is read and written once.
 // - param_out: written through ordinary or non-temporal stores as shard.param_out_stores says
 //   ([Note: streaming param_out] in optimizer_spec.h; StreamsParamOut resolves kAuto). The bits
 //   are the same; streamed stores are fenced before Step returns.
@@ -53,8 +53,8 @@ class CpuOptimizer {
   // parameters than 16K on the Intel host of docs/PERFORMANCE.md ("Session of 2026-12-06"),
   // the same at 1M; smaller shards get smaller tiles (StepTileElements).
   static constexpr int64_t kDefaultTileElements = 64 * 1024;
-  // Tiles start on int8 scratch chunks (2048 elements) and never straddle a 2^32 boundary of
-  // shard indices (bf16 states' rounding key changes there): powers of two in this range.
+  // Tiles start on int8 blocks and never straddle a 2^32 boundary of shard indices (bf16
+  // states' rounding key changes there): powers of two in this range.
   static constexpr int64_t kMinTileElements = 2048;
   static constexpr int64_t kMaxTileElements = int64_t{1} << 30;
   // kAutoPrefetch's distance where it prefetches: on the Intel host of [Note: software

@@ -476,7 +476,7 @@ HWY_NOINLINE void Loop(const KernelConstants& c, const KernelRange& r) {
 // state each way plus the scales, and makes no decode pass over a scratch copy. The result is
 // that of DecodeState, the fp32 kernel with root second moments, and EncodeState, bit for bit
 // (the tests compare both paths). The range starts at a block boundary and has one weight
-// decay; CpuOptimizer runs a chunk that crosses a segment boundary through the scratch.
+// decay; CpuOptimizer runs a block that straddles a segment boundary through the scratch.
 template <OptimizerKind K, DType G, int O>
 HWY_NOINLINE void LoopInt8(const KernelConstants& c, const KernelRange& r) {
   const DF df;

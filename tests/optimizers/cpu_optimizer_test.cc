@@ -527,12 +527,12 @@ TEST(CpuOptimizerTest, BitIdenticalAcrossThreadsAndSplits) {
   }
 }
 
-// [Note: fused int8 states]: a chunk inside one weight-decay segment runs the fused kernel, one
-// that crosses a segment boundary the decode-update-encode scratch path. Cutting one segment
-// into pieces of equal weight decay and group, 250 elements long (so every 2048-element chunk
-// holds a cut, and none falls on a block boundary), sends every chunk through the scratch
-// instead: the bits must not change. Also with non-finite states: a NaN gradient gives Lion a
-// NaN momentum under a finite weight, and a huge one gives Adam an infinite second moment.
+// [Note: fused int8 states]: an int8 block inside one weight-decay segment runs the fused kernel,
+// one that straddles a segment boundary the decode-update-encode scratch path. Cutting one
+// segment into pieces of equal weight decay and group, 250 elements long (so every block of 256
+// holds a cut), sends every block through the scratch instead: the bits must not change. Also with
+// non-finite states: a NaN gradient gives Lion a NaN momentum under a finite weight, and a huge one
+// gives Adam an infinite second moment.
 TEST(CpuOptimizerTest, FusedInt8EqualsScratchPath) {
   CpuOptimizer opt(2, kTile);
   const int64_t n = kSlowBuild ? kTile + 300 : 3 * kTile + 1234;
@@ -580,6 +580,62 @@ TEST(CpuOptimizerTest, FusedInt8EqualsScratchPath) {
         EXPECT_NE(fused.state[0], initial.state[0]);
       }
     }
+  }
+}
+
+// A tile mixes fused runs and scratch runs: segments that end mid-block, on a block boundary,
+// empty, and a run of small tensors longer than the most the scratch takes at once (2048
+// elements). The same shard with every segment cut further into 250-element pieces (so every
+// block goes through the scratch, as above) must give the same bits.
+TEST(CpuOptimizerTest, Int8FusedAndScratchRunsMix) {
+  CpuOptimizer opt(2, kTile);
+  const int64_t n = 2 * kTile + 777;
+  std::vector<ShardSegment> mixed;
+  auto add = [&](int64_t end, float wd) {
+    const int64_t begin = mixed.empty() ? 0 : mixed.back().end;
+    mixed.push_back({begin, end, wd});
+  };
+  add(1000, 0.1f);                 // ends mid-block
+  add(1000, 0.5f);                 // empty
+  add(5 * kQuantBlock, 0.0f);      // ends on a block boundary: no scratch there
+  add(kTile - 40, 0.05f);          // ends mid-block, 40 short of a tile boundary
+  add(kTile + 5, 0.01f);           // straddles the tile boundary
+  for (int i = 0; i < 100; ++i) {  // 100 tensors of 37 elements: 3700 elements straddling
+    add(kTile + 5 + 37 * (i + 1), i % 2 == 0 ? 0.02f : 0.03f);
+  }
+  add(n - 100, 0.0f);  // a long one, then the shard's partial last block
+  add(n, 0.07f);
+  std::vector<ShardSegment> cut;
+  for (const ShardSegment& s : mixed) {
+    if (s.begin == s.end) cut.push_back(s);
+    for (int64_t b = s.begin; b < s.end; b += 250) {
+      cut.push_back({b, std::min(s.end, b + 250), s.weight_decay});
+    }
+  }
+  uint64_t seed = 7500;
+  for (const KindCase& k : kKinds) {
+    if (StatesOf(k) == 0) continue;
+    SCOPED_TRACE(k.name);
+    Shard a(k, n, StateDType::kInt8, DType::kBF16, DType::kBF16, ++seed);
+    a.segments = mixed;
+    Shard b = a;
+    b.segments = cut;
+    for (int64_t step = 1; step <= 2; ++step) {
+      for (Shard* sh : {&a, &b}) {
+        sh->FillGrad(step);
+        std::vector<ShardSegment> segs;
+        opt.Step(MakeHyper(sh->kind, step), sh->View(0, n, segs));
+      }
+    }
+    EXPECT_EQ(std::memcmp(a.master.data(), b.master.data(), 4 * n), 0) << "master";
+    for (int s = 0; s < 2; ++s) {
+      EXPECT_EQ(a.state[s], b.state[s]) << "state " << s;
+      EXPECT_EQ(a.scale[s], b.scale[s]) << "scales " << s;
+    }
+    EXPECT_EQ(a.param_out, b.param_out) << "param_out";
+    Shard initial(k, n, StateDType::kInt8, DType::kBF16, DType::kBF16, seed);
+    EXPECT_NE(a.state[0], initial.state[0]);
+    EXPECT_NE(a.param_out, initial.param_out);
   }
 }
 
