@@ -19,8 +19,8 @@
 // `fp32_states_ms` the fp32-state step's mean.
 //
 // param_out, the one array the step only writes, goes through non-temporal stores where the
-// step's arrays exceed the last-level cache, in the floor as in the step ([Note: streaming
-// param_out] in optimizers/optimizer_spec.h; the label says "streamed param_out");
+// step's arrays exceed a quarter of the last-level cache, in the floor as in the step ([Note:
+// streaming param_out] in optimizers/optimizer_spec.h; the label says "streamed param_out");
 // --param_out_stores=cached|streaming forces one kind for every size (BM_StreamedVsCached
 // keeps both). BM_StreamedVsCached/... (AdamW, each state dtype): each iteration steps the
 // shard with both kinds of store, alternating which goes first; its time is the streamed
@@ -31,6 +31,9 @@
 // --prefetch_elements=-1|0|N sets it for every shard. BM_PrefetchVsNone/... (every case): each
 // iteration steps the shard with and without prefetching, alternating which goes first; its
 // time is the prefetching step's, `speedup_vs_no_prefetch` = the other's total / its total.
+//
+// --params=N[,N...] adds shard sizes (1 and 2 threads) to the fixed ones, e.g. to find the
+// working set beyond which streaming and prefetching pay on a host.
 //
 // The goal table (add --simd=AVX2 etc. to pin a Highway target):
 //   build/bin/bench_optimizers --benchmark_filter='params:200000000/threads:2'
@@ -98,6 +101,8 @@ void ParallelTiles(int threads, int64_t n, const std::function<void(int64_t, int
 ParamOutStores g_param_out_stores = ParamOutStores::kAuto;
 // ShardStep::prefetch_elements of every shard (--prefetch_elements).
 int64_t g_prefetch_elements = kAutoPrefetch;
+// Shard sizes registered besides the fixed ones (--params), with 1 and 2 threads.
+std::vector<int64_t> g_extra_params;
 
 struct Shard {
   OptimizerHyper hyper;
@@ -351,8 +356,9 @@ void RegisterAll() {
   // 65536 parameters on one thread (under 2 MiB of arrays, in L2): the compute ceiling, where
   // memory is not the limit. 1M parameters (about 28 MiB, in L3): whether the step scales to
   // two threads. 50M and 200M: the memory-bound sizes of the goals.
-  const std::vector<std::pair<int64_t, std::vector<int>>> sizes = {
+  std::vector<std::pair<int64_t, std::vector<int>>> sizes = {
       {65'536, {1}}, {1'048'576, {1, 2}}, {50'000'000, {1, 2}}, {200'000'000, {1, 2}}};
+  for (int64_t params : g_extra_params) sizes.push_back({params, {1, 2}});
   for (const auto& [params, thread_counts] : sizes) {
     for (int threads : thread_counts) {
       for (auto [kind, type] : cases) {
@@ -466,9 +472,31 @@ bool SetPrefetchElements(int& argc, char** argv) {
   return true;
 }
 
+// --params=N[,N...] registers every benchmark for these shard sizes too (1 and 2 threads), to
+// find where a step's arrays stop fitting the caches.
+bool SetExtraParams(int& argc, char** argv) {
+  const std::optional<std::string> value = TakeFlag(argc, argv, "--params=");
+  if (!value) return true;
+  for (size_t pos = 0; pos <= value->size();) {
+    const size_t comma = std::min(value->find(',', pos), value->size());
+    const std::string item = value->substr(pos, comma - pos);
+    char* end = nullptr;
+    const long long n = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || n < 1 || n > (1LL << 34)) {
+      std::fprintf(stderr,
+                   "bench_optimizers: --params=%s: '%s' is not a parameter count from 1 to 2^34\n",
+                   value->c_str(), item.c_str());
+      return false;
+    }
+    zs::g_extra_params.push_back(n);
+    pos = comma + 1;
+  }
+  return true;
+}
+
 int main(int argc, char** argv) {
   if (!PinSimdTarget(argc, argv) || !SetParamOutStores(argc, argv) ||
-      !SetPrefetchElements(argc, argv)) {
+      !SetPrefetchElements(argc, argv) || !SetExtraParams(argc, argv)) {
     return 1;
   }
   zs::RegisterAll();

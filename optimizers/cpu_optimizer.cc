@@ -218,6 +218,10 @@ int64_t CpuOptimizer::LastLevelCacheBytes() {
   return bytes;
 }
 
+int64_t CpuOptimizer::CacheResidentLimitBytes() {
+  return LastLevelCacheBytes() / kCacheResidentDivisor;
+}
+
 namespace {
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -243,7 +247,7 @@ bool CpuOptimizer::AutoPrefetchesOnThisCpu() {
 
 int64_t CpuOptimizer::PrefetchElements(const OptimizerHyper& hyper, const ShardStep& shard) {
   if (shard.prefetch_elements != kAutoPrefetch) return shard.prefetch_elements;
-  return AutoPrefetchesOnThisCpu() && StepWorkingSetBytes(hyper, shard) > LastLevelCacheBytes()
+  return AutoPrefetchesOnThisCpu() && StepWorkingSetBytes(hyper, shard) > CacheResidentLimitBytes()
              ? kDefaultPrefetchElements
              : 0;
 }
@@ -256,7 +260,7 @@ bool CpuOptimizer::StreamsParamOut(const OptimizerHyper& hyper, const ShardStep&
     case ParamOutStores::kStreaming:
       return true;
     case ParamOutStores::kAuto:
-      return StepWorkingSetBytes(hyper, shard) > LastLevelCacheBytes();
+      return StepWorkingSetBytes(hyper, shard) > CacheResidentLimitBytes();
   }
   return false;
 }

@@ -82,18 +82,27 @@ class CpuOptimizer {
   // The bytes of every array one Step over `shard` reads or writes, each counted once.
   static int64_t StepWorkingSetBytes(const OptimizerHyper& hyper, const ShardStep& shard);
   // Whether Step writes shard.param_out through non-temporal stores: kStreaming, or kAuto with
-  // StepWorkingSetBytes above LastLevelCacheBytes. False without param_out.
+  // StepWorkingSetBytes above CacheResidentLimitBytes. False without param_out.
   static bool StreamsParamOut(const OptimizerHyper& hyper, const ShardStep& shard);
   // How many elements ahead Step prefetches its inputs: shard.prefetch_elements when it is set
   // (>= 0); for kAutoPrefetch, kDefaultPrefetchElements on Intel x86 CPUs when
-  // StepWorkingSetBytes exceeds LastLevelCacheBytes, else 0.
+  // StepWorkingSetBytes exceeds CacheResidentLimitBytes, else 0.
   static int64_t PrefetchElements(const OptimizerHyper& hyper, const ShardStep& shard);
-  // Whether kAutoPrefetch prefetches on this CPU at all (beyond the last-level cache): true on
-  // Intel x86 CPUs (CPUID vendor "GenuineIntel").
+  // Whether kAutoPrefetch prefetches on this CPU at all (beyond the cache-resident limit): true
+  // on Intel x86 CPUs (CPUID vendor "GenuineIntel").
   static bool AutoPrefetchesOnThisCpu();
-  // The last-level cache size kAuto compares with: cpu0's highest-level cache in Linux's sysfs,
-  // else the L3 (or L2) size sysconf reports, else 32 MiB.
+  // cpu0's highest-level cache in Linux's sysfs, else the L3 (or L2) size sysconf reports, else
+  // 32 MiB.
   static int64_t LastLevelCacheBytes();
+  // The largest step working set kAuto (streamed param_out, prefetch) treats as cache-resident:
+  // LastLevelCacheBytes() / kCacheResidentDivisor ([Note: streaming param_out]).
+  static int64_t CacheResidentLimitBytes();
+  // A quarter, as glibc's memcpy picks non-temporal stores beyond a quarter of the L3: the
+  // last-level cache is shared (other cores, other tenants of a VM) and a training step's
+  // forward and backward passes run through it between two optimizer steps. On the Intel VM of
+  // docs/PERFORMANCE.md ("Session of 2026-12-06 (second)", sysfs L3 480 MiB), steps over
+  // 128-256 MiB already ran at DRAM speed and gained 1.2x from prefetching.
+  static constexpr int64_t kCacheResidentDivisor = 4;
   // The SIMD target chosen at run time ("AVX3", "AVX2", "SSE4", "EMU128"/"SCALAR", "NEON").
   static std::string SimdTarget();
 

@@ -53,8 +53,9 @@
 //   with bf16 states. Non-temporal (streaming) stores write whole lines without reading them,
 //   but leave nothing in the cache, which only pays when the copy would be evicted before it is
 //   read anyway. ShardStep::param_out_stores chooses; kAuto streams when the step's arrays
-//   (CpuOptimizer::StepWorkingSetBytes) exceed the last-level cache. The bits written are the
-//   same either way.
+//   (CpuOptimizer::StepWorkingSetBytes) exceed a quarter of the last-level cache
+//   (CpuOptimizer::CacheResidentLimitBytes: the cache is shared, and the forward and backward
+//   passes between two steps run through it). The bits written are the same either way.
 // - [Note: software prefetch] A step streams its inputs from memory, and on some cores the
 //   hardware prefetchers do not run far enough ahead of a loop that also has real arithmetic
 //   (a square root and a division per element): the floor pass, with one add per element,
@@ -66,7 +67,8 @@
 //   prefetching 512 or 2048 elements ahead made the steps 25-50% slower (docs/PERFORMANCE.md). So
 //   ShardStep::prefetch_elements says how far ahead (0: no software prefetch), and
 //   kAutoPrefetch picks CpuOptimizer::kDefaultPrefetchElements on Intel x86 CPUs when the
-//   step's arrays exceed the last-level cache, none otherwise (CpuOptimizer::PrefetchElements;
+//   step's arrays exceed a quarter of the last-level cache (as above), none otherwise
+//   (CpuOptimizer::PrefetchElements;
 //   the engine decides on all of a rank's units together, stepped one after another).
 //   Prefetches only read: the bits written are the same whatever the distance.
 #pragma once
@@ -177,7 +179,7 @@ inline OptimizerHyper WithGroup(OptimizerHyper hyper, const GroupHyper& group) {
 
 // How a step stores param_out ([Note: streaming param_out]).
 enum class ParamOutStores : uint8_t {
-  kAuto,       // kStreaming when the step's arrays exceed the last-level cache, else kCached
+  kAuto,       // kStreaming when the step's arrays exceed a quarter of the LLC, else kCached
   kCached,     // ordinary stores: the copy stays in cache for a reader that comes soon
   kStreaming,  // non-temporal stores wherever param_out is vector-aligned
 };

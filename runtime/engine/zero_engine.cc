@@ -529,8 +529,9 @@ StatusOr<StepResult> ZeroEngine::Impl::Step() {
 // The automatic choices (zerostack.optimizer_prefetch = -1, and streaming param_out stores:
 // [Note: streaming param_out]) made for the rank's step as a whole: the units are stepped one
 // after another, so each unit's arrays come from memory, and its param_out copy is evicted
-// before it is read, when all of them together exceed the last-level cache, however small one
-// unit is. Decided per unit, a model of many small units would never stream or prefetch.
+// before it is read, when all of them together exceed the cache-resident limit (a quarter of
+// the last-level cache: CpuOptimizer::CacheResidentLimitBytes), however small one unit is. Decided
+// per unit, a model of many small units would never stream or prefetch.
 ZeroEngine::Impl::StepMemoryPlan ZeroEngine::Impl::PlanStepMemory(
     const OptimizerHyper& hyper) const {
   // Only sized, never stepped: CpuOptimizer reads n, the dtypes and which arrays exist (every
@@ -766,7 +767,7 @@ std::string ZeroEngine::optimizer_summary() const {
   const std::string prefetching =
       prefetch == kAutoPrefetch
           ? (CpuOptimizer::AutoPrefetchesOnThisCpu()
-                 ? fmt::format("prefetch auto ({} beyond the last-level cache)",
+                 ? fmt::format("prefetch auto ({} beyond a quarter of the last-level cache)",
                                CpuOptimizer::kDefaultPrefetchElements)
                  : std::string("prefetch auto (none on this CPU)"))
       : prefetch == 0 ? std::string("no prefetch")

@@ -733,10 +733,11 @@ TEST(CpuOptimizerTest, StreamedParamOutEqualsCached) {
   hwy::SetSupportedTargetsForTest(0);
 }
 
-// kAuto streams exactly when the step's arrays exceed the last-level cache.
-TEST(CpuOptimizerTest, AutoStreamsParamOutBeyondTheLastLevelCache) {
-  const int64_t llc = CpuOptimizer::LastLevelCacheBytes();
+// kAuto streams exactly when the step's arrays exceed a quarter of the last-level cache.
+TEST(CpuOptimizerTest, AutoStreamsParamOutBeyondTheCacheResidentLimit) {
+  const int64_t llc = CpuOptimizer::CacheResidentLimitBytes();
   ASSERT_GT(llc, 0);
+  EXPECT_EQ(llc, CpuOptimizer::LastLevelCacheBytes() / 4);
   OptimizerHyper adamw = MakeHyper(kKinds[0], 1);
   uint16_t dummy = 0;
   ShardStep st;
@@ -843,9 +844,10 @@ std::optional<bool> CpuinfoSaysIntel() { return false; }
 #endif
 
 // kAutoPrefetch prefetches kDefaultPrefetchElements ahead exactly when this CPU is one where
-// that pays and the step's arrays exceed the last-level cache; a set distance is kept.
-TEST(CpuOptimizerTest, AutoPrefetchBeyondTheLastLevelCache) {
-  const int64_t llc = CpuOptimizer::LastLevelCacheBytes();
+// that pays and the step's arrays exceed a quarter of the last-level cache; a set distance is
+// kept.
+TEST(CpuOptimizerTest, AutoPrefetchBeyondTheCacheResidentLimit) {
+  const int64_t llc = CpuOptimizer::CacheResidentLimitBytes();
   const OptimizerHyper adamw = MakeHyper(kKinds[0], 1);
   ShardStep st;
   st.state_dtype = StateDType::kF32;

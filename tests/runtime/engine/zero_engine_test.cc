@@ -570,9 +570,10 @@ TEST(ZeroEngine, OptimizerSummaryNamesWhatSteps) {
     config.zerostack.optimizer_threads = 2;
     auto engine = ZeroEngine::Create(config, model.Spec(), model.Init(1), **device, comm);
     ZS_RETURN_IF_ERROR(engine.status());
-    const std::string auto_prefetch = CpuOptimizer::AutoPrefetchesOnThisCpu()
-                                          ? "prefetch auto (256 beyond the last-level cache)"
-                                          : "prefetch auto (none on this CPU)";
+    const std::string auto_prefetch =
+        CpuOptimizer::AutoPrefetchesOnThisCpu()
+            ? "prefetch auto (256 beyond a quarter of the last-level cache)"
+            : "prefetch auto (none on this CPU)";
     EXPECT_EQ((*engine)->optimizer_summary(), "Lion, bf16 states, CPU kernels " +
                                                   CpuOptimizer::SimdTarget() + " x 2 threads, " +
                                                   auto_prefetch);
