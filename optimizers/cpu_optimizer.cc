@@ -222,6 +222,10 @@ int64_t CpuOptimizer::CacheResidentLimitBytes() {
   return LastLevelCacheBytes() / kCacheResidentDivisor;
 }
 
+int64_t CpuOptimizer::CacheResidentLimitBytes(const ShardStep& shard) {
+  return shard.cache_resident_bytes >= 0 ? shard.cache_resident_bytes : CacheResidentLimitBytes();
+}
+
 namespace {
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -247,7 +251,8 @@ bool CpuOptimizer::AutoPrefetchesOnThisCpu() {
 
 int64_t CpuOptimizer::PrefetchElements(const OptimizerHyper& hyper, const ShardStep& shard) {
   if (shard.prefetch_elements != kAutoPrefetch) return shard.prefetch_elements;
-  return AutoPrefetchesOnThisCpu() && StepWorkingSetBytes(hyper, shard) > CacheResidentLimitBytes()
+  return AutoPrefetchesOnThisCpu() &&
+                 StepWorkingSetBytes(hyper, shard) > CacheResidentLimitBytes(shard)
              ? kDefaultPrefetchElements
              : 0;
 }
@@ -260,7 +265,7 @@ bool CpuOptimizer::StreamsParamOut(const OptimizerHyper& hyper, const ShardStep&
     case ParamOutStores::kStreaming:
       return true;
     case ParamOutStores::kAuto:
-      return StepWorkingSetBytes(hyper, shard) > CacheResidentLimitBytes();
+      return StepWorkingSetBytes(hyper, shard) > CacheResidentLimitBytes(shard);
   }
   return false;
 }
@@ -273,6 +278,9 @@ void CheckShard(const OptimizerHyper& h, const ShardStep& s, int num_states) {
                s.prefetch_elements <= CpuOptimizer::kMaxPrefetchElements,
            "prefetch_elements = {}: expected {} (auto), 0 (none) or up to {} elements ahead",
            s.prefetch_elements, kAutoPrefetch, CpuOptimizer::kMaxPrefetchElements);
+  ZS_CHECK(s.cache_resident_bytes >= kAutoCacheResident,
+           "cache_resident_bytes = {}: expected {} (auto) or a size in bytes",
+           s.cache_resident_bytes, kAutoCacheResident);
   ZS_CHECK(h.step >= 1, "optimizer step {} (counted from 1)", h.step);
   if (s.n == 0) return;
   ZS_CHECK(s.master != nullptr && s.grad != nullptr, "shard of {} elements without master/grad",

@@ -82,11 +82,11 @@ class CpuOptimizer {
   // The bytes of every array one Step over `shard` reads or writes, each counted once.
   static int64_t StepWorkingSetBytes(const OptimizerHyper& hyper, const ShardStep& shard);
   // Whether Step writes shard.param_out through non-temporal stores: kStreaming, or kAuto with
-  // StepWorkingSetBytes above CacheResidentLimitBytes. False without param_out.
+  // StepWorkingSetBytes above CacheResidentLimitBytes(shard). False without param_out.
   static bool StreamsParamOut(const OptimizerHyper& hyper, const ShardStep& shard);
   // How many elements ahead Step prefetches its inputs: shard.prefetch_elements when it is set
   // (>= 0); for kAutoPrefetch, kDefaultPrefetchElements on Intel x86 CPUs when
-  // StepWorkingSetBytes exceeds CacheResidentLimitBytes, else 0.
+  // StepWorkingSetBytes exceeds CacheResidentLimitBytes(shard), else 0.
   static int64_t PrefetchElements(const OptimizerHyper& hyper, const ShardStep& shard);
   // Whether kAutoPrefetch prefetches on this CPU at all (beyond the cache-resident limit): true
   // on Intel x86 CPUs (CPUID vendor "GenuineIntel").
@@ -95,8 +95,10 @@ class CpuOptimizer {
   // 32 MiB.
   static int64_t LastLevelCacheBytes();
   // The largest step working set kAuto (streamed param_out, prefetch) treats as cache-resident:
-  // LastLevelCacheBytes() / kCacheResidentDivisor ([Note: streaming param_out]).
+  // LastLevelCacheBytes() / kCacheResidentDivisor ([Note: streaming param_out]); the second
+  // form takes shard.cache_resident_bytes instead where it is set (>= 0).
   static int64_t CacheResidentLimitBytes();
+  static int64_t CacheResidentLimitBytes(const ShardStep& shard);
   // A quarter, as glibc's memcpy picks non-temporal stores beyond a quarter of the L3: the
   // last-level cache is shared (other cores, other tenants of a VM) and a training step's
   // forward and backward passes run through it between two optimizer steps. On the Intel VM of

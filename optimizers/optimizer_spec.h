@@ -187,6 +187,10 @@ enum class ParamOutStores : uint8_t {
 // ShardStep::prefetch_elements: let CpuOptimizer::PrefetchElements choose.
 inline constexpr int64_t kAutoPrefetch = -1;
 
+// ShardStep::cache_resident_bytes: a quarter of the last-level cache
+// (CpuOptimizer::CacheResidentLimitBytes).
+inline constexpr int64_t kAutoCacheResident = -1;
+
 // One optimizer step over shard elements [0, n).
 struct ShardStep {
   int64_t n = 0;
@@ -203,6 +207,10 @@ struct ShardStep {
   // Elements ahead of the loop whose input lines are prefetched, 0 for none, or kAutoPrefetch
   // ([Note: software prefetch]).
   int64_t prefetch_elements = kAutoPrefetch;
+  // The largest working set (CpuOptimizer::StepWorkingSetBytes) the kAuto choices above treat
+  // as cache-resident: beyond it param_out streams and (on Intel) the inputs are prefetched.
+  // kAutoCacheResident, or bytes (0: always beyond), for hosts whose caches sysfs misdescribes.
+  int64_t cache_resident_bytes = kAutoCacheResident;
   std::span<const ShardSegment> segments;  // cover [0, n) in order
   std::span<const GroupHyper> groups;      // empty: one group, OptimizerHyper's values
   uint64_t seed = 0;                       // stochastic rounding stream (bf16 states)

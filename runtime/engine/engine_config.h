@@ -150,6 +150,9 @@ struct ZerostackConfig {
   // kMaxOptimizerPrefetch (ShardStep::prefetch_elements, [Note: software prefetch] in
   // optimizers/optimizer_spec.h; zero_engine.cc checks that the values agree).
   int64_t optimizer_prefetch = -1;
+  // The largest optimizer working set per rank treated as cache-resident: -1 auto (a quarter of
+  // the last-level cache), else bytes (ShardStep::cache_resident_bytes).
+  int64_t optimizer_cache_resident_bytes = -1;
   // Hyper-parameters per named parameter group (param_group_config.h); empty: one group.
   std::vector<ParamGroupConfig> param_groups;
 

@@ -16,6 +16,7 @@
 #include "optimizers/optimizer_spec.h"
 #include "optimizers/state_codec.h"
 #include "runtime/base/check.h"
+#include "runtime/device/memory_tracker.h"
 #include "runtime/engine/loss_scaler.h"
 #include "runtime/gather/gather_coordinator.h"
 #include "runtime/reduce/gradient_reducer.h"
@@ -112,6 +113,8 @@ class ZeroEngine::Impl {
     ParamOutStores param_out_stores;
   };
   StepMemoryPlan PlanStepMemory(const OptimizerHyper& hyper) const;
+  // The rank's units as one shard, for CpuOptimizer's sizing rules only (never stepped).
+  ShardStep RankAsOneShard() const;
   int64_t MicroBatchesPending() const;
 
   const EngineConfig config_;
@@ -532,17 +535,23 @@ StatusOr<StepResult> ZeroEngine::Impl::Step() {
 // before it is read, when all of them together exceed the cache-resident limit (a quarter of
 // the last-level cache: CpuOptimizer::CacheResidentLimitBytes), however small one unit is. Decided
 // per unit, a model of many small units would never stream or prefetch.
-ZeroEngine::Impl::StepMemoryPlan ZeroEngine::Impl::PlanStepMemory(
-    const OptimizerHyper& hyper) const {
+ShardStep ZeroEngine::Impl::RankAsOneShard() const {
   // Only sized, never stepped: CpuOptimizer reads n, the dtypes and which arrays exist (every
   // unit's step writes param_out, so a non-null marker stands for it).
-  char param_out_marker = 0;
+  static char param_out_marker = 0;
   ShardStep whole;
   for (const UnitState& s : units_) whole.n += s.opt_size;
   whole.state_dtype = state_dtype();
   whole.grad_dtype = dtype_;
   whole.param_out = &param_out_marker;
   whole.param_dtype = dtype_;
+  whole.cache_resident_bytes = config_.zerostack.optimizer_cache_resident_bytes;
+  return whole;
+}
+
+ZeroEngine::Impl::StepMemoryPlan ZeroEngine::Impl::PlanStepMemory(
+    const OptimizerHyper& hyper) const {
+  const ShardStep whole = RankAsOneShard();
   const int64_t configured = config_.zerostack.optimizer_prefetch;
   return {
       .prefetch_elements =
@@ -553,6 +562,8 @@ ZeroEngine::Impl::StepMemoryPlan ZeroEngine::Impl::PlanStepMemory(
 
 static_assert(kAutoPrefetch == -1 && kMaxOptimizerPrefetch == CpuOptimizer::kMaxPrefetchElements,
               "zerostack.optimizer_prefetch's values are ShardStep::prefetch_elements'");
+static_assert(kAutoCacheResident == -1,
+              "zerostack.optimizer_cache_resident_bytes's values are ShardStep's");
 
 StateDType ZeroEngine::Impl::state_dtype() const {
   switch (config_.zerostack.optimizer_state_dtype) {
@@ -772,10 +783,21 @@ std::string ZeroEngine::optimizer_summary() const {
                  : std::string("prefetch auto (none on this CPU)"))
       : prefetch == 0 ? std::string("no prefetch")
                       : fmt::format("prefetch {}", prefetch);
-  return fmt::format("{}, {} states, CPU kernels {} x {} thread{}, {}",
-                     OptimizerKindName(impl_->Hyper(0.0).kind),
-                     StateDTypeName(impl_->state_dtype()), CpuOptimizer::SimdTarget(), threads,
-                     threads == 1 ? "" : "s", prefetching);
+  // What the step does on this rank: the plan Step itself follows.
+  const OptimizerHyper hyper = impl_->Hyper(0.0);
+  const Impl::StepMemoryPlan plan = impl_->PlanStepMemory(hyper);
+  const ShardStep whole = impl_->RankAsOneShard();
+  const int64_t working_set = CpuOptimizer::StepWorkingSetBytes(hyper, whole);
+  const int64_t resident = CpuOptimizer::CacheResidentLimitBytes(whole);
+  return fmt::format(
+      "{}, {} states, CPU kernels {} x {} thread{}, {}; this rank's {} of optimizer arrays {} "
+      "the {} cache-resident limit: {} param_out, {}",
+      OptimizerKindName(hyper.kind), StateDTypeName(impl_->state_dtype()),
+      CpuOptimizer::SimdTarget(), threads, threads == 1 ? "" : "s", prefetching,
+      FormatBytes(working_set), working_set > resident ? "exceed" : "fit", FormatBytes(resident),
+      plan.param_out_stores == ParamOutStores::kStreaming ? "streamed" : "cached",
+      plan.prefetch_elements == 0 ? std::string("no prefetch")
+                                  : fmt::format("prefetch {}", plan.prefetch_elements));
 }
 
 GatherReport ZeroEngine::gather_report() const {

@@ -752,6 +752,18 @@ TEST(CpuOptimizerTest, AutoStreamsParamOutBeyondTheCacheResidentLimit) {
   EXPECT_FALSE(CpuOptimizer::StreamsParamOut(adamw, st));
   st.n = llc / 16 + 1;
   EXPECT_TRUE(CpuOptimizer::StreamsParamOut(adamw, st));
+  // A set limit replaces the cache's quarter, for both choices.
+  st.n = 1000;
+  st.cache_resident_bytes = 16 * 1000;
+  EXPECT_FALSE(CpuOptimizer::StreamsParamOut(adamw, st));
+  EXPECT_EQ(CpuOptimizer::PrefetchElements(adamw, st), 0);
+  st.cache_resident_bytes = 16 * 1000 - 1;
+  EXPECT_EQ(CpuOptimizer::CacheResidentLimitBytes(st), 16 * 1000 - 1);
+  EXPECT_TRUE(CpuOptimizer::StreamsParamOut(adamw, st));
+  EXPECT_EQ(CpuOptimizer::PrefetchElements(adamw, st),
+            CpuOptimizer::AutoPrefetchesOnThisCpu() ? CpuOptimizer::kDefaultPrefetchElements : 0);
+  st.cache_resident_bytes = kAutoCacheResident;
+  EXPECT_EQ(CpuOptimizer::CacheResidentLimitBytes(st), llc);
   st.param_out_stores = ParamOutStores::kCached;
   EXPECT_FALSE(CpuOptimizer::StreamsParamOut(adamw, st));
   st.param_out_stores = ParamOutStores::kStreaming;
@@ -1013,6 +1025,9 @@ TEST(CpuOptimizerDeathTest, SegmentsMustCoverTheShard) {
   EXPECT_DEATH(CpuOptimizer(1).Step(MakeHyper(kKinds[0], 1), st), "prefetch_elements = -2");
   st.prefetch_elements = CpuOptimizer::kMaxPrefetchElements + 1;
   EXPECT_DEATH(CpuOptimizer(1).Step(MakeHyper(kKinds[0], 1), st), "prefetch_elements = 1048577");
+  st.prefetch_elements = kAutoPrefetch;
+  st.cache_resident_bytes = -2;
+  EXPECT_DEATH(CpuOptimizer(1).Step(MakeHyper(kKinds[0], 1), st), "cache_resident_bytes = -2");
   EXPECT_DEATH(CpuOptimizer(1, 1024), "tile_elements = 1024");
   EXPECT_DEATH(CpuOptimizer(1, 3 * 4096), "tile_elements = 12288");
   EXPECT_DEATH(CpuOptimizer(1, int64_t{1} << 31), "tile_elements = 2147483648");

@@ -84,7 +84,7 @@ constexpr const char* kDeepSpeedExample = R"({
                            "total_num_steps": 5000, "cos_min_ratio": 0.1}},
   "zerostack": {"comm_timeout_ms": 30000, "max_inflight_buckets": 3, "alignment": 64,
                 "prefetch": false, "optimizer_state_dtype": "bf16", "optimizer_threads": 2,
-                "optimizer_prefetch": 512}
+                "optimizer_prefetch": 512, "optimizer_cache_resident_bytes": 8388608}
 })";
 
 TEST(EngineConfigTest, DeepSpeedExampleParses) {
@@ -132,6 +132,7 @@ TEST(EngineConfigTest, DeepSpeedExampleParses) {
   EXPECT_EQ(c.zerostack.optimizer_state_dtype, OptimizerStateType::kBF16);
   EXPECT_EQ(c.zerostack.optimizer_threads, 2);
   EXPECT_EQ(c.zerostack.optimizer_prefetch, 512);
+  EXPECT_EQ(c.zerostack.optimizer_cache_resident_bytes, 8388608);
   // Keys not given keep their defaults.
   EXPECT_EQ(z.reduce_scatter, ZeroConfig{}.reduce_scatter);
   EXPECT_EQ(c.fp16.loss_scale_window, Fp16Config{}.loss_scale_window);
@@ -217,6 +218,8 @@ TEST(EngineConfigTest, OutOfRangeValuesAreErrors) {
   ExpectInvalid(R"({"gradient_clipping": -1})", {"gradient_clipping", ">= 0"});
   ExpectInvalid(R"({"zerostack": {"optimizer_prefetch": -2}})",
                 {"zerostack.optimizer_prefetch", "-2 is out of range", "-1 (auto)"});
+  ExpectInvalid(R"({"zerostack": {"optimizer_cache_resident_bytes": -2}})",
+                {"zerostack.optimizer_cache_resident_bytes", "-2 is out of range", "-1 (auto)"});
   ExpectInvalid(R"({"scheduler": {"params": {"cos_min_ratio": 1.5}}})",
                 {"scheduler.params.cos_min_ratio", "[0, 1]"});
   ExpectInvalid(R"({"zerostack": {"alignment": 24}})", {"zerostack.alignment", "24", "power"});
@@ -350,7 +353,8 @@ EngineConfig NonDefaultConfig() {
                  .prefetch = false,
                  .optimizer_state_dtype = OptimizerStateType::kInt8,
                  .optimizer_threads = 3,
-                 .optimizer_prefetch = 0};
+                 .optimizer_prefetch = 0,
+                 .optimizer_cache_resident_bytes = 0};
   c.zerostack.param_groups = {
       {.name = "embeddings", .lr_scale = 0.25, .betas = {{0.85, 0.95}}, .eps = 1e-6,
        .weight_decay = 0.0},

@@ -574,18 +574,50 @@ TEST(ZeroEngine, OptimizerSummaryNamesWhatSteps) {
         CpuOptimizer::AutoPrefetchesOnThisCpu()
             ? "prefetch auto (256 beyond a quarter of the last-level cache)"
             : "prefetch auto (none on this CPU)";
-    EXPECT_EQ((*engine)->optimizer_summary(), "Lion, bf16 states, CPU kernels " +
-                                                  CpuOptimizer::SimdTarget() + " x 2 threads, " +
-                                                  auto_prefetch);
+    // Units of 5*7+7 and 7*3+3 parameters, padded to 48 and 32 (zerostack.alignment 16): 80
+    // elements of master 4 + grad 4 + param 4 + momentum 2 bytes, 1120 B.
+    const std::string limit = FormatBytes(CpuOptimizer::CacheResidentLimitBytes());
+    EXPECT_EQ((*engine)->optimizer_summary(),
+              "Lion, bf16 states, CPU kernels " + CpuOptimizer::SimdTarget() + " x 2 threads, " +
+                  auto_prefetch + "; this rank's 1.1 KiB of optimizer arrays fit the " + limit +
+                  " cache-resident limit: cached param_out, no prefetch");
+    // Beyond the limit (set to 0 here) the step streams param_out and, on Intel, prefetches:
+    // the engine decides on the rank's units together, which are smaller than any cache.
+    config.zerostack.optimizer_cache_resident_bytes = 0;
+    engine = ZeroEngine::Create(config, model.Spec(), model.Init(1), **device, comm);
+    ZS_RETURN_IF_ERROR(engine.status());
+    EXPECT_EQ((*engine)->optimizer_summary(),
+              "Lion, bf16 states, CPU kernels " + CpuOptimizer::SimdTarget() + " x 2 threads, " +
+                  auto_prefetch +
+                  "; this rank's 1.1 KiB of optimizer arrays exceed the 0 B cache-resident limit: "
+                  "streamed param_out, " +
+                  (CpuOptimizer::AutoPrefetchesOnThisCpu() ? "prefetch 256" : "no prefetch"));
+    for (int64_t limit_bytes : {int64_t{1119}, int64_t{1120}}) {  // the boundary
+      config.zerostack.optimizer_cache_resident_bytes = limit_bytes;
+      engine = ZeroEngine::Create(config, model.Spec(), model.Init(1), **device, comm);
+      ZS_RETURN_IF_ERROR(engine.status());
+      const std::string summary = (*engine)->optimizer_summary();
+      EXPECT_NE(summary.find(limit_bytes == 1120 ? "arrays fit the 1.1 KiB cache-resident limit: "
+                                                   "cached param_out, no prefetch"
+                                                 : "arrays exceed the 1.1 KiB cache-resident "
+                                                   "limit: streamed param_out"),
+                std::string::npos)
+          << summary;
+    }
     config.optimizer.type = OptimizerType::kAdamW;
     config.zerostack.optimizer_state_dtype = OptimizerStateType::kF32;
     config.zerostack.optimizer_threads = 1;
+    config.zerostack.optimizer_cache_resident_bytes = 0;
     for (int64_t prefetch : {int64_t{0}, int64_t{512}}) {
       config.zerostack.optimizer_prefetch = prefetch;
       engine = ZeroEngine::Create(config, model.Spec(), model.Init(1), **device, comm);
       ZS_RETURN_IF_ERROR(engine.status());
+      // A set distance holds whatever the working set.
       EXPECT_EQ((*engine)->optimizer_summary(),
                 "AdamW, fp32 states, CPU kernels " + CpuOptimizer::SimdTarget() + " x 1 thread, " +
+                    (prefetch == 0 ? "no prefetch" : "prefetch 512") +
+                    "; this rank's 1.6 KiB of optimizer arrays exceed the 0 B cache-resident "
+                    "limit: streamed param_out, " +
                     (prefetch == 0 ? "no prefetch" : "prefetch 512"));
     }
     return OkStatus();
