@@ -215,7 +215,7 @@ void Report(benchmark::State& state, const Shard& s) {
   state.SetItemsProcessed(int64_t(state.iterations()) * s.n);
   state.SetBytesProcessed(int64_t(state.iterations()) * s.n * bpp);
   state.counters["bytes_per_param"] = double(bpp);
-  const int64_t prefetch = CpuOptimizer::PrefetchElements(s.hyper, s.step);
+  const int64_t prefetch = CpuOptimizer::PrefetchElements(s.step);
   state.SetLabel(std::string(OptimizerKindName(s.hyper.kind)) + " " +
                  std::string(StateDTypeName(s.state_dtype)) + " states, " +
                  CpuOptimizer::SimdTarget() +
@@ -435,7 +435,7 @@ bool PinSimdTarget(int& argc, char** argv) {
 }
 
 // --param_out_stores=auto|cached|streaming sets ShardStep::param_out_stores for every shard
-// (default auto: streaming above the last-level cache), to measure both store kinds.
+// (default auto: streaming above a quarter of the last-level cache), to measure both kinds.
 bool SetParamOutStores(int& argc, char** argv) {
   const std::optional<std::string> value = TakeFlag(argc, argv, "--param_out_stores=");
   if (!value) return true;

@@ -36,9 +36,9 @@ constexpr int64_t kScratchElements = 2048;
 
 }  // namespace
 
-static_assert(CpuOptimizer::kMinTileElements % kScratchElements == 0 &&
+static_assert(CpuOptimizer::kMinTileElements % kQuantBlock == 0 &&
                   kScratchElements % kQuantBlock == 0,
-              "tiles and scratch chunks must start on int8 block boundaries");
+              "tiles and scratch runs must start on int8 block boundaries");
 static_assert(std::has_single_bit(uint64_t(CpuOptimizer::kMinTileElements)) &&
                   (int64_t{1} << 32) % CpuOptimizer::kMaxTileElements == 0,
               "power-of-two tiles from kMinTileElements to kMaxTileElements divide 2^32");
@@ -249,12 +249,9 @@ bool CpuOptimizer::AutoPrefetchesOnThisCpu() {
   return intel;
 }
 
-int64_t CpuOptimizer::PrefetchElements(const OptimizerHyper& hyper, const ShardStep& shard) {
+int64_t CpuOptimizer::PrefetchElements(const ShardStep& shard) {
   if (shard.prefetch_elements != kAutoPrefetch) return shard.prefetch_elements;
-  return AutoPrefetchesOnThisCpu() &&
-                 StepWorkingSetBytes(hyper, shard) > CacheResidentLimitBytes(shard)
-             ? kDefaultPrefetchElements
-             : 0;
+  return AutoPrefetchesOnThisCpu() ? kDefaultPrefetchElements : 0;
 }
 
 bool CpuOptimizer::StreamsParamOut(const OptimizerHyper& hyper, const ShardStep& shard) {
@@ -321,6 +318,7 @@ void CheckShard(const OptimizerHyper& h, const ShardStep& s, int num_states) {
 void CpuOptimizer::Step(const OptimizerHyper& hyper, const ShardStep& shard) {
   const int num_states = NumStates(hyper.kind, hyper.beta1);
   CheckShard(hyper, shard, num_states);
+  scratch_elements_.store(0, std::memory_order_relaxed);
   if (shard.n == 0) return;
   // One set of constants per parameter group ([Note: parameter groups]).
   std::vector<internal::KernelConstants> consts;
@@ -335,7 +333,7 @@ void CpuOptimizer::Step(const OptimizerHyper& hyper, const ShardStep& shard) {
   const size_t out_size = DTypeSize(shard.param_dtype);
   const std::span<const ShardSegment> segments = shard.segments;
   const bool stream_param_out = StreamsParamOut(hyper, shard);
-  const auto prefetch_elements = static_cast<uint32_t>(PrefetchElements(hyper, shard));
+  const auto prefetch_elements = static_cast<uint32_t>(PrefetchElements(shard));
 
   // fp32 states are updated in place, bf16 states in registers ([Note: fused bf16 states] in
   // optimizer_kernels.cc) and int8 states block by block ([Note: fused int8 states]): a tile in
@@ -434,6 +432,7 @@ void CpuOptimizer::Step(const OptimizerHyper& hyper, const ShardStep& shard) {
                   static_cast<float*>(scratch.state[k]));
     }
     run_pieces(begin, end, scratch);
+    scratch_elements_.fetch_add(len, std::memory_order_relaxed);
     for (int k = 0; k < num_states; ++k) {
       EncodeState(StateDType::kInt8, static_cast<const float*>(scratch.state[k]), begin, len,
                   states.state[k], states.scale[k], shard.seed, hyper.step, k);

@@ -33,12 +33,14 @@
 //   the caller (0 or 1 = the caller alone). One Step at a time per object; different objects
 //   are independent.
 // - Errors: none at run time; invalid shards (null master, missing states for the kind,
-//   prefetch_elements outside [kAutoPrefetch, kMaxPrefetchElements], a tile size that is not
+//   prefetch_elements outside [kAutoPrefetch, kMaxPrefetchElements], cache_resident_bytes
+//   below kAutoCacheResident, a tile size that is not
 //   a power of two in [kMinTileElements, kMaxTileElements] at construction,
 //   segments not covering [0, n), a segment's group out of range, SGD groups that disagree on
 //   having momentum) are programmer bugs caught by ZS_CHECK.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -73,6 +75,11 @@ class CpuOptimizer {
 
   int threads() const;
   int64_t tile_elements() const { return tile_elements_; }
+  // int8 state elements the last Step ran through fp32 scratch (blocks that straddle a
+  // weight-decay segment boundary: [Note: fused int8 states]); the others ran the fused kernel.
+  int64_t last_step_scratch_elements() const {
+    return scratch_elements_.load(std::memory_order_relaxed);
+  }
   // The tile a Step over n elements uses: tile_elements(), halved while the shard would give
   // fewer tiles than threads() (never below kMinTileElements). Results do not depend on it.
   int64_t StepTileElements(int64_t n) const { return TileFor(n, threads(), tile_elements_); }
@@ -85,16 +92,16 @@ class CpuOptimizer {
   // StepWorkingSetBytes above CacheResidentLimitBytes(shard). False without param_out.
   static bool StreamsParamOut(const OptimizerHyper& hyper, const ShardStep& shard);
   // How many elements ahead Step prefetches its inputs: shard.prefetch_elements when it is set
-  // (>= 0); for kAutoPrefetch, kDefaultPrefetchElements on Intel x86 CPUs when
-  // StepWorkingSetBytes exceeds CacheResidentLimitBytes(shard), else 0.
-  static int64_t PrefetchElements(const OptimizerHyper& hyper, const ShardStep& shard);
-  // Whether kAutoPrefetch prefetches on this CPU at all (beyond the cache-resident limit): true
-  // on Intel x86 CPUs (CPUID vendor "GenuineIntel").
+  // (>= 0); for kAutoPrefetch, kDefaultPrefetchElements on Intel x86 CPUs whatever the size
+  // (free where the arrays are cached: [Note: software prefetch]), else 0.
+  static int64_t PrefetchElements(const ShardStep& shard);
+  // Whether kAutoPrefetch prefetches on this CPU: true on Intel x86 CPUs (CPUID vendor
+  // "GenuineIntel").
   static bool AutoPrefetchesOnThisCpu();
   // cpu0's highest-level cache in Linux's sysfs, else the L3 (or L2) size sysconf reports, else
   // 32 MiB.
   static int64_t LastLevelCacheBytes();
-  // The largest step working set kAuto (streamed param_out, prefetch) treats as cache-resident:
+  // The largest step working set ParamOutStores::kAuto treats as cache-resident:
   // LastLevelCacheBytes() / kCacheResidentDivisor ([Note: streaming param_out]); the second
   // form takes shard.cache_resident_bytes instead where it is set (>= 0).
   static int64_t CacheResidentLimitBytes();
@@ -102,8 +109,8 @@ class CpuOptimizer {
   // A quarter, as glibc's memcpy picks non-temporal stores beyond a quarter of the L3: the
   // last-level cache is shared (other cores, other tenants of a VM) and a training step's
   // forward and backward passes run through it between two optimizer steps. On the Intel VM of
-  // docs/PERFORMANCE.md ("Session of 2026-12-06 (second)", sysfs L3 480 MiB), steps over
-  // 128-256 MiB already ran at DRAM speed and gained 1.2x from prefetching.
+  // docs/PERFORMANCE.md ("Session of 2026-12-06 (second)", sysfs L3 480 MiB), steps whose
+  // working set passed about 100 MiB already fell toward DRAM speed.
   static constexpr int64_t kCacheResidentDivisor = 4;
   // The SIMD target chosen at run time ("AVX3", "AVX2", "SSE4", "EMU128"/"SCALAR", "NEON").
   static std::string SimdTarget();
@@ -112,6 +119,7 @@ class CpuOptimizer {
   class Pool;
   int64_t tile_elements_;
   std::unique_ptr<Pool> pool_;
+  std::atomic<int64_t> scratch_elements_{0};  // last_step_scratch_elements()
 };
 
 }  // namespace zs

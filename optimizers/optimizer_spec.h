@@ -66,10 +66,10 @@
 //   where the floor itself gains nothing from the same prefetches. On an AMD Zen 4 host,
 //   prefetching 512 or 2048 elements ahead made the steps 25-50% slower (docs/PERFORMANCE.md). So
 //   ShardStep::prefetch_elements says how far ahead (0: no software prefetch), and
-//   kAutoPrefetch picks CpuOptimizer::kDefaultPrefetchElements on Intel x86 CPUs when the
-//   step's arrays exceed a quarter of the last-level cache (as above), none otherwise
-//   (CpuOptimizer::PrefetchElements;
-//   the engine decides on all of a rank's units together, stepped one after another).
+//   kAutoPrefetch picks CpuOptimizer::kDefaultPrefetchElements on Intel x86 CPUs whatever the
+//   size, none elsewhere (CpuOptimizer::PrefetchElements): where the arrays are cached the
+//   prefetches cost nothing measurable (L2 and L3 alike on that host), and a size rule missed
+//   steps that had already left the cache (docs/PERFORMANCE.md, "2026-12-06 (second)").
 //   Prefetches only read: the bits written are the same whatever the distance.
 #pragma once
 
@@ -207,9 +207,9 @@ struct ShardStep {
   // Elements ahead of the loop whose input lines are prefetched, 0 for none, or kAutoPrefetch
   // ([Note: software prefetch]).
   int64_t prefetch_elements = kAutoPrefetch;
-  // The largest working set (CpuOptimizer::StepWorkingSetBytes) the kAuto choices above treat
-  // as cache-resident: beyond it param_out streams and (on Intel) the inputs are prefetched.
-  // kAutoCacheResident, or bytes (0: always beyond), for hosts whose caches sysfs misdescribes.
+  // The largest working set (CpuOptimizer::StepWorkingSetBytes) param_out_stores = kAuto treats
+  // as cache-resident (beyond it param_out streams): kAutoCacheResident, or bytes (0: always
+  // beyond), for hosts whose caches sysfs misdescribes.
   int64_t cache_resident_bytes = kAutoCacheResident;
   std::span<const ShardSegment> segments;  // cover [0, n) in order
   std::span<const GroupHyper> groups;      // empty: one group, OptimizerHyper's values

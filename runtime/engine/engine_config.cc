@@ -488,16 +488,14 @@ const std::vector<KeyDecl>& Keys() {
     k->push_back(IntKey("zerostack.optimizer_prefetch", ZS_FIELD(zerostack.optimizer_prefetch), -1,
                         kMaxOptimizerPrefetch,
                         "how many elements ahead the CPU optimizer step prefetches its inputs: "
-                        "-1 auto (256 on Intel CPUs when the rank's optimizer arrays exceed the "
-                        "last-level cache, else none), 0 none"));
+                        "-1 auto (256 on Intel CPUs, else none), 0 none"));
     k->back().info.allowed =
         fmt::format("-1 (auto), 0 (none), or 1 to {} elements", kMaxOptimizerPrefetch);
     k->push_back(IntKey("zerostack.optimizer_cache_resident_bytes",
                         ZS_FIELD(zerostack.optimizer_cache_resident_bytes), -1, kNoMax,
                         "the largest optimizer working set per rank (master, gradients, states, "
                         "parameter copy) treated as cache-resident: beyond it the CPU step writes "
-                        "the parameter copy through non-temporal stores and, with "
-                        "optimizer_prefetch -1, prefetches on Intel CPUs; -1 auto (a quarter of "
+                        "the parameter copy through non-temporal stores; -1 auto (a quarter of "
                         "the last-level cache in sysfs), else bytes (0: always beyond)",
                         "size"));
     k->back().info.allowed = "-1 (auto), or 0 and up (bytes)";

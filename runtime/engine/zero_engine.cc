@@ -531,10 +531,10 @@ StatusOr<StepResult> ZeroEngine::Impl::Step() {
 
 // The automatic choices (zerostack.optimizer_prefetch = -1, and streaming param_out stores:
 // [Note: streaming param_out]) made for the rank's step as a whole: the units are stepped one
-// after another, so each unit's arrays come from memory, and its param_out copy is evicted
-// before it is read, when all of them together exceed the cache-resident limit (a quarter of
-// the last-level cache: CpuOptimizer::CacheResidentLimitBytes), however small one unit is. Decided
-// per unit, a model of many small units would never stream or prefetch.
+// after another, so each unit's param_out copy is evicted before it is read when all of them
+// together exceed the cache-resident limit (a quarter of the last-level cache, or
+// zerostack.optimizer_cache_resident_bytes: CpuOptimizer::CacheResidentLimitBytes), however
+// small one unit is. Decided per unit, a model of many small units would never stream.
 ShardStep ZeroEngine::Impl::RankAsOneShard() const {
   // Only sized, never stepped: CpuOptimizer reads n, the dtypes and which arrays exist (every
   // unit's step writes param_out, so a non-null marker stands for it).
@@ -553,11 +553,11 @@ ZeroEngine::Impl::StepMemoryPlan ZeroEngine::Impl::PlanStepMemory(
     const OptimizerHyper& hyper) const {
   const ShardStep whole = RankAsOneShard();
   const int64_t configured = config_.zerostack.optimizer_prefetch;
-  return {
-      .prefetch_elements =
-          configured != kAutoPrefetch ? configured : CpuOptimizer::PrefetchElements(hyper, whole),
-      .param_out_stores = CpuOptimizer::StreamsParamOut(hyper, whole) ? ParamOutStores::kStreaming
-                                                                      : ParamOutStores::kCached};
+  return {.prefetch_elements =
+              configured != kAutoPrefetch ? configured : CpuOptimizer::PrefetchElements(whole),
+          .param_out_stores = CpuOptimizer::StreamsParamOut(hyper, whole)
+                                  ? ParamOutStores::kStreaming
+                                  : ParamOutStores::kCached};
 }
 
 static_assert(kAutoPrefetch == -1 && kMaxOptimizerPrefetch == CpuOptimizer::kMaxPrefetchElements,
@@ -775,14 +775,13 @@ double ZeroEngine::optimizer_bytes_per_param() const {
 std::string ZeroEngine::optimizer_summary() const {
   const int64_t threads = impl_->config_.zerostack.optimizer_threads;
   const int64_t prefetch = impl_->config_.zerostack.optimizer_prefetch;
-  const std::string prefetching =
-      prefetch == kAutoPrefetch
-          ? (CpuOptimizer::AutoPrefetchesOnThisCpu()
-                 ? fmt::format("prefetch auto ({} beyond a quarter of the last-level cache)",
-                               CpuOptimizer::kDefaultPrefetchElements)
-                 : std::string("prefetch auto (none on this CPU)"))
-      : prefetch == 0 ? std::string("no prefetch")
-                      : fmt::format("prefetch {}", prefetch);
+  const std::string prefetching = prefetch == kAutoPrefetch
+                                      ? (CpuOptimizer::AutoPrefetchesOnThisCpu()
+                                             ? fmt::format("prefetch auto ({} on this CPU)",
+                                                           CpuOptimizer::kDefaultPrefetchElements)
+                                             : std::string("prefetch auto (none on this CPU)"))
+                                  : prefetch == 0 ? std::string("no prefetch")
+                                                  : fmt::format("prefetch {}", prefetch);
   // What the step does on this rank: the plan Step itself follows.
   const OptimizerHyper hyper = impl_->Hyper(0.0);
   const Impl::StepMemoryPlan plan = impl_->PlanStepMemory(hyper);

@@ -113,10 +113,10 @@ class ZeroEngine final : public UnitAccess {
   // (12 for AdamW with fp32 states; int8 states include their block scales).
   double optimizer_bytes_per_param() const;
   // What steps the shards, for logs: "AdamW, fp32 states, CPU kernels AVX2 x 2 threads, prefetch
-  // auto (none on this CPU); this rank's 1.50 GiB of optimizer arrays exceed the 8.00 MiB
+  // auto (none on this CPU); this rank's 1.50 GiB of optimizer arrays exceed the 8.0 MiB
   // cache-resident limit: streamed param_out, no prefetch" (the Highway target the kernels
-  // dispatched to on this CPU, optimizer_threads, what optimizer_prefetch does here, and what
-  // this rank's step does: zerostack.optimizer_cache_resident_bytes).
+  // dispatched to on this CPU, optimizer_threads, what optimizer_prefetch does here, and the
+  // stores and prefetch this rank's step uses: zerostack.optimizer_cache_resident_bytes).
   std::string optimizer_summary() const;
 
  private:

@@ -527,6 +527,20 @@ TEST(CpuOptimizerTest, BitIdenticalAcrossThreadsAndSplits) {
   }
 }
 
+// The int8 elements that go through the scratch: those of every block of kQuantBlock (the
+// shard's last one may be partial) with a segment boundary strictly inside it.
+int64_t StraddlingBlockElements(const std::vector<ShardSegment>& segments, int64_t n) {
+  int64_t elements = 0;
+  for (int64_t b = 0; b < n; b += kQuantBlock) {
+    const int64_t e = std::min(n, b + kQuantBlock);
+    if (std::any_of(segments.begin(), segments.end(),
+                    [&](const ShardSegment& s) { return b < s.end && s.end < e; })) {
+      elements += e - b;
+    }
+  }
+  return elements;
+}
+
 // [Note: fused int8 states]: an int8 block inside one weight-decay segment runs the fused kernel,
 // one that straddles a segment boundary the decode-update-encode scratch path. Cutting one
 // segment into pieces of equal weight decay and group, 250 elements long (so every block of 256
@@ -567,6 +581,8 @@ TEST(CpuOptimizerTest, FusedInt8EqualsScratchPath) {
             }
             std::vector<ShardSegment> segs;
             opt.Step(MakeHyper(sh->kind, step), sh->View(0, n, segs));
+            EXPECT_EQ(opt.last_step_scratch_elements(),
+                      sh == &fused ? 0 : StraddlingBlockElements(sh->segments, n));
           }
         }
         EXPECT_EQ(std::memcmp(fused.master.data(), scratch.master.data(), 4 * n), 0) << "master";
@@ -584,9 +600,10 @@ TEST(CpuOptimizerTest, FusedInt8EqualsScratchPath) {
 }
 
 // A tile mixes fused runs and scratch runs: segments that end mid-block, on a block boundary,
-// empty, and a run of small tensors longer than the most the scratch takes at once (2048
-// elements). The same shard with every segment cut further into 250-element pieces (so every
-// block goes through the scratch, as above) must give the same bits.
+// on a tile boundary, empty, and a run of small tensors whose straddling blocks fill the most
+// the scratch takes at once (2048 elements) and more. The same shard with every segment cut
+// further into 250-element pieces (so nearly every block goes through the scratch, as above)
+// must give the same bits, and each must send exactly its straddling blocks to the scratch.
 TEST(CpuOptimizerTest, Int8FusedAndScratchRunsMix) {
   CpuOptimizer opt(2, kTile);
   const int64_t n = 2 * kTile + 777;
@@ -598,13 +615,16 @@ TEST(CpuOptimizerTest, Int8FusedAndScratchRunsMix) {
   add(1000, 0.1f);                 // ends mid-block
   add(1000, 0.5f);                 // empty
   add(5 * kQuantBlock, 0.0f);      // ends on a block boundary: no scratch there
-  add(kTile - 40, 0.05f);          // ends mid-block, 40 short of a tile boundary
-  add(kTile + 5, 0.01f);           // straddles the tile boundary
-  for (int i = 0; i < 100; ++i) {  // 100 tensors of 37 elements: 3700 elements straddling
+  add(kTile, 0.05f);               // ends on the tile boundary
+  add(kTile + 5, 0.01f);           // ends 5 into the next tile
+  for (int i = 0; i < 100; ++i) {  // 100 tensors of 37 elements: 15 blocks straddle
     add(kTile + 5 + 37 * (i + 1), i % 2 == 0 ? 0.02f : 0.03f);
   }
-  add(n - 100, 0.0f);  // a long one, then the shard's partial last block
+  add(kTile + 5000, 0.04f);  // ends mid-block
+  add(n - 100, 0.0f);        // a long one, then the shard's partial last block
   add(n, 0.07f);
+  // The blocks holding 1000, kTile + 5 to kTile + 3705, kTile + 5000 and n - 100.
+  ASSERT_EQ(StraddlingBlockElements(mixed, n), (1 + 15 + 1 + 1) * kQuantBlock);
   std::vector<ShardSegment> cut;
   for (const ShardSegment& s : mixed) {
     if (s.begin == s.end) cut.push_back(s);
@@ -625,6 +645,8 @@ TEST(CpuOptimizerTest, Int8FusedAndScratchRunsMix) {
         sh->FillGrad(step);
         std::vector<ShardSegment> segs;
         opt.Step(MakeHyper(sh->kind, step), sh->View(0, n, segs));
+        EXPECT_EQ(opt.last_step_scratch_elements(), StraddlingBlockElements(sh->segments, n))
+            << (sh == &a ? "mixed" : "cut");
       }
     }
     EXPECT_EQ(std::memcmp(a.master.data(), b.master.data(), 4 * n), 0) << "master";
@@ -752,16 +774,13 @@ TEST(CpuOptimizerTest, AutoStreamsParamOutBeyondTheCacheResidentLimit) {
   EXPECT_FALSE(CpuOptimizer::StreamsParamOut(adamw, st));
   st.n = llc / 16 + 1;
   EXPECT_TRUE(CpuOptimizer::StreamsParamOut(adamw, st));
-  // A set limit replaces the cache's quarter, for both choices.
+  // A set limit replaces the cache's quarter.
   st.n = 1000;
   st.cache_resident_bytes = 16 * 1000;
   EXPECT_FALSE(CpuOptimizer::StreamsParamOut(adamw, st));
-  EXPECT_EQ(CpuOptimizer::PrefetchElements(adamw, st), 0);
   st.cache_resident_bytes = 16 * 1000 - 1;
   EXPECT_EQ(CpuOptimizer::CacheResidentLimitBytes(st), 16 * 1000 - 1);
   EXPECT_TRUE(CpuOptimizer::StreamsParamOut(adamw, st));
-  EXPECT_EQ(CpuOptimizer::PrefetchElements(adamw, st),
-            CpuOptimizer::AutoPrefetchesOnThisCpu() ? CpuOptimizer::kDefaultPrefetchElements : 0);
   st.cache_resident_bytes = kAutoCacheResident;
   EXPECT_EQ(CpuOptimizer::CacheResidentLimitBytes(st), llc);
   st.param_out_stores = ParamOutStores::kCached;
@@ -801,7 +820,7 @@ TEST(CpuOptimizerTest, PrefetchingEndKeepsPrefetchesInsideTheRange) {
 
 // [Note: software prefetch]: prefetching any distance ahead writes the bits no prefetching
 // does, on every SIMD target, kind and state dtype, with two threads; the distances reach
-// inside a step, an int8 block, an int8 chunk (2048) and a tile, up to the end of each range.
+// inside a step, an int8 block, a scratch run (2048) and a tile, up to the end of each range.
 TEST(CpuOptimizerTest, PrefetchingDoesNotChangeResults) {
   const int64_t n = kSlowBuild ? kTile + 333 : 2 * kTile + 333;
   const int64_t distances[] = {1, 37, CpuOptimizer::kDefaultPrefetchElements, 2048 - 64,
@@ -822,7 +841,7 @@ TEST(CpuOptimizerTest, PrefetchingDoesNotChangeResults) {
             std::vector<ShardSegment> segs;
             ShardStep st = sh.View(0, n, segs);
             st.prefetch_elements = distance;
-            ASSERT_EQ(CpuOptimizer::PrefetchElements(MakeHyper(k, step), st), distance);
+            ASSERT_EQ(CpuOptimizer::PrefetchElements(st), distance);
             opt.Step(MakeHyper(k, step), st);
           }
         };
@@ -856,25 +875,23 @@ std::optional<bool> CpuinfoSaysIntel() { return false; }
 #endif
 
 // kAutoPrefetch prefetches kDefaultPrefetchElements ahead exactly when this CPU is one where
-// that pays and the step's arrays exceed a quarter of the last-level cache; a set distance is
-// kept.
-TEST(CpuOptimizerTest, AutoPrefetchBeyondTheCacheResidentLimit) {
-  const int64_t llc = CpuOptimizer::CacheResidentLimitBytes();
-  const OptimizerHyper adamw = MakeHyper(kKinds[0], 1);
+// that pays, whatever the step's size (neither the size nor the cache limit matters); a set
+// distance is kept.
+TEST(CpuOptimizerTest, AutoPrefetchOnIntelWhateverTheSize) {
+  const int64_t auto_distance =
+      CpuOptimizer::AutoPrefetchesOnThisCpu() ? CpuOptimizer::kDefaultPrefetchElements : 0;
   ShardStep st;
-  st.state_dtype = StateDType::kF32;
-  st.grad_dtype = DType::kBF16;
   ASSERT_EQ(st.prefetch_elements, kAutoPrefetch);  // the default
-  st.n = llc / 14;  // master 4 + grad 2 + two fp32 states 8 bytes per element, no param_out
-  ASSERT_LE(CpuOptimizer::StepWorkingSetBytes(adamw, st), llc);
-  EXPECT_EQ(CpuOptimizer::PrefetchElements(adamw, st), 0);
-  st.n = llc / 14 + 1;
-  ASSERT_GT(CpuOptimizer::StepWorkingSetBytes(adamw, st), llc);
-  EXPECT_EQ(CpuOptimizer::PrefetchElements(adamw, st),
-            CpuOptimizer::AutoPrefetchesOnThisCpu() ? CpuOptimizer::kDefaultPrefetchElements : 0);
+  for (int64_t n : {int64_t{1}, int64_t{1} << 20, int64_t{1} << 40}) {
+    for (int64_t limit : {kAutoCacheResident, int64_t{0}, int64_t{1} << 50}) {
+      st.n = n;
+      st.cache_resident_bytes = limit;
+      EXPECT_EQ(CpuOptimizer::PrefetchElements(st), auto_distance) << n << " " << limit;
+    }
+  }
   for (int64_t set : {int64_t{0}, int64_t{1}, int64_t{1000}, CpuOptimizer::kMaxPrefetchElements}) {
     st.prefetch_elements = set;
-    EXPECT_EQ(CpuOptimizer::PrefetchElements(adamw, st), set);
+    EXPECT_EQ(CpuOptimizer::PrefetchElements(st), set);
   }
   if (const std::optional<bool> intel = CpuinfoSaysIntel()) {
     EXPECT_EQ(CpuOptimizer::AutoPrefetchesOnThisCpu(), *intel);
