@@ -453,22 +453,29 @@ bool SetParamOutStores(int& argc, char** argv) {
   return false;
 }
 
+// `text` as a decimal integer in [lo, hi], or nothing.
+std::optional<long long> ParseInteger(const std::string& text, long long lo, long long hi) {
+  char* end = nullptr;
+  const long long n = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || n < lo || n > hi) return std::nullopt;
+  return n;
+}
+
 // --prefetch_elements=N sets ShardStep::prefetch_elements for every shard: -1 auto (the
 // default), 0 none, or N elements ahead; BM_PrefetchVsNone's prefetching side uses N when N > 0.
 bool SetPrefetchElements(int& argc, char** argv) {
   const std::optional<std::string> value = TakeFlag(argc, argv, "--prefetch_elements=");
   if (!value) return true;
-  char* end = nullptr;
-  const long long n = std::strtoll(value->c_str(), &end, 10);
-  if (value->empty() || *end != '\0' || n < zs::kAutoPrefetch ||
-      n > zs::CpuOptimizer::kMaxPrefetchElements) {
+  const std::optional<long long> n =
+      ParseInteger(*value, zs::kAutoPrefetch, zs::CpuOptimizer::kMaxPrefetchElements);
+  if (!n) {
     std::fprintf(stderr,
                  "bench_optimizers: --prefetch_elements=%s: expected -1 (auto), 0 (none) or 1 to "
                  "%lld elements\n",
                  value->c_str(), static_cast<long long>(zs::CpuOptimizer::kMaxPrefetchElements));
     return false;
   }
-  zs::g_prefetch_elements = n;
+  zs::g_prefetch_elements = *n;
   return true;
 }
 
@@ -480,15 +487,14 @@ bool SetExtraParams(int& argc, char** argv) {
   for (size_t pos = 0; pos <= value->size();) {
     const size_t comma = std::min(value->find(',', pos), value->size());
     const std::string item = value->substr(pos, comma - pos);
-    char* end = nullptr;
-    const long long n = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || n < 1 || n > (1LL << 34)) {
+    const std::optional<long long> n = ParseInteger(item, 1, 1LL << 34);
+    if (!n) {
       std::fprintf(stderr,
                    "bench_optimizers: --params=%s: '%s' is not a parameter count from 1 to 2^34\n",
                    value->c_str(), item.c_str());
       return false;
     }
-    zs::g_extra_params.push_back(n);
+    zs::g_extra_params.push_back(*n);
     pos = comma + 1;
   }
   return true;

@@ -16,8 +16,8 @@
 #include "optimizers/optimizer_spec.h"
 #include "optimizers/state_codec.h"
 #include "runtime/base/check.h"
-#include "runtime/device/memory_tracker.h"
 #include "runtime/engine/loss_scaler.h"
+#include "runtime/engine/step_memory_plan.h"
 #include "runtime/gather/gather_coordinator.h"
 #include "runtime/reduce/gradient_reducer.h"
 
@@ -107,14 +107,8 @@ class ZeroEngine::Impl {
   Status CheckParamGroups() const;
   std::vector<GroupHyper> GroupHypers(const OptimizerHyper& hyper) const;
   StateDType state_dtype() const;
-  // How every unit's optimizer step prefetches and stores param_out this step.
-  struct StepMemoryPlan {
-    int64_t prefetch_elements;
-    ParamOutStores param_out_stores;
-  };
+  // How every unit's optimizer step prefetches and stores param_out (step_memory_plan.h).
   StepMemoryPlan PlanStepMemory(const OptimizerHyper& hyper) const;
-  // The rank's units as one shard, for CpuOptimizer's sizing rules only (never stepped).
-  ShardStep RankAsOneShard() const;
   int64_t MicroBatchesPending() const;
 
   const EngineConfig config_;
@@ -529,15 +523,10 @@ StatusOr<StepResult> ZeroEngine::Impl::Step() {
   return result;
 }
 
-// The automatic choices (zerostack.optimizer_prefetch = -1, and streaming param_out stores:
-// [Note: streaming param_out]) made for the rank's step as a whole: the units are stepped one
-// after another, so each unit's param_out copy is evicted before it is read when all of them
-// together exceed the cache-resident limit (a quarter of the last-level cache, or
-// zerostack.optimizer_cache_resident_bytes: CpuOptimizer::CacheResidentLimitBytes), however
-// small one unit is. Decided per unit, a model of many small units would never stream.
-ShardStep ZeroEngine::Impl::RankAsOneShard() const {
-  // Only sized, never stepped: CpuOptimizer reads n, the dtypes and which arrays exist (every
-  // unit's step writes param_out, so a non-null marker stands for it).
+StepMemoryPlan ZeroEngine::Impl::PlanStepMemory(const OptimizerHyper& hyper) const {
+  // The rank's units as one shard, only sized, never stepped: CpuOptimizer reads n, the dtypes
+  // and which arrays exist (every unit's step writes param_out, so a non-null marker stands for
+  // it).
   static char param_out_marker = 0;
   ShardStep whole;
   for (const UnitState& s : units_) whole.n += s.opt_size;
@@ -546,18 +535,7 @@ ShardStep ZeroEngine::Impl::RankAsOneShard() const {
   whole.param_out = &param_out_marker;
   whole.param_dtype = dtype_;
   whole.cache_resident_bytes = config_.zerostack.optimizer_cache_resident_bytes;
-  return whole;
-}
-
-ZeroEngine::Impl::StepMemoryPlan ZeroEngine::Impl::PlanStepMemory(
-    const OptimizerHyper& hyper) const {
-  const ShardStep whole = RankAsOneShard();
-  const int64_t configured = config_.zerostack.optimizer_prefetch;
-  return {.prefetch_elements =
-              configured != kAutoPrefetch ? configured : CpuOptimizer::PrefetchElements(whole),
-          .param_out_stores = CpuOptimizer::StreamsParamOut(hyper, whole)
-                                  ? ParamOutStores::kStreaming
-                                  : ParamOutStores::kCached};
+  return zs::PlanStepMemory(hyper, whole, config_.zerostack.optimizer_prefetch);
 }
 
 static_assert(kAutoPrefetch == -1 && kMaxOptimizerPrefetch == CpuOptimizer::kMaxPrefetchElements,
@@ -774,29 +752,13 @@ double ZeroEngine::optimizer_bytes_per_param() const {
 
 std::string ZeroEngine::optimizer_summary() const {
   const int64_t threads = impl_->config_.zerostack.optimizer_threads;
-  const int64_t prefetch = impl_->config_.zerostack.optimizer_prefetch;
-  const std::string prefetching = prefetch == kAutoPrefetch
-                                      ? (CpuOptimizer::AutoPrefetchesOnThisCpu()
-                                             ? fmt::format("prefetch auto ({} on this CPU)",
-                                                           CpuOptimizer::kDefaultPrefetchElements)
-                                             : std::string("prefetch auto (none on this CPU)"))
-                                  : prefetch == 0 ? std::string("no prefetch")
-                                                  : fmt::format("prefetch {}", prefetch);
-  // What the step does on this rank: the plan Step itself follows.
   const OptimizerHyper hyper = impl_->Hyper(0.0);
-  const Impl::StepMemoryPlan plan = impl_->PlanStepMemory(hyper);
-  const ShardStep whole = impl_->RankAsOneShard();
-  const int64_t working_set = CpuOptimizer::StepWorkingSetBytes(hyper, whole);
-  const int64_t resident = CpuOptimizer::CacheResidentLimitBytes(whole);
-  return fmt::format(
-      "{}, {} states, CPU kernels {} x {} thread{}, {}; this rank's {} of optimizer arrays {} "
-      "the {} cache-resident limit: {} param_out, {}",
-      OptimizerKindName(hyper.kind), StateDTypeName(impl_->state_dtype()),
-      CpuOptimizer::SimdTarget(), threads, threads == 1 ? "" : "s", prefetching,
-      FormatBytes(working_set), working_set > resident ? "exceed" : "fit", FormatBytes(resident),
-      plan.param_out_stores == ParamOutStores::kStreaming ? "streamed" : "cached",
-      plan.prefetch_elements == 0 ? std::string("no prefetch")
-                                  : fmt::format("prefetch {}", plan.prefetch_elements));
+  // What the step does on this rank: the plan Step itself follows.
+  return fmt::format("{}, {} states, CPU kernels {} x {} thread{}, {}",
+                     OptimizerKindName(hyper.kind), StateDTypeName(impl_->state_dtype()),
+                     CpuOptimizer::SimdTarget(), threads, threads == 1 ? "" : "s",
+                     DescribeStepMemory(impl_->PlanStepMemory(hyper),
+                                        impl_->config_.zerostack.optimizer_prefetch));
 }
 
 GatherReport ZeroEngine::gather_report() const {
