@@ -1,16 +1,18 @@
-// Fused AdamW (kernels/cuda/fused_optimizer.h) on one GPU against a device-to-device
-// cudaMemcpy of the same bytes, measured in the same run.
+// The fused optimizer step (kernels/cuda/fused_optimizer.h) on one GPU against a
+// device-to-device cudaMemcpy, measured in the same run.
 //
 // Setup: N parameters (1e9 by default; ZS_BENCH_OPT_PARAMS overrides; cut to what fits in
-// free device memory, with a note on stderr), fp32 master/m/v, bf16 gradients, bf16 param_out,
-// split into `tensors` equal tensors of one launch (8: the table travels in the kernel
-// arguments; 64: through the device workspace). One step reads 14 B and writes 14 B per
-// parameter: 28 N bytes moved. The baseline copies 14 N bytes (the step's arrays, read and
-// written once: 28 N bytes moved).
+// free device memory, with a note on stderr), AdamW with fp32 master, bf16 gradients, bf16
+// param_out and fp32, bf16 or int8 states (`states` 0, 1, 2), split into `tensors` equal
+// tensors of one launch (8: the table travels in the kernel arguments; 64: through the device
+// workspace). Bytes one step moves per parameter (read + written): fp32 states 14 + 14 = 28,
+// bf16 states 10 + 10 = 20, int8 states 8 + 8 plus the block scales (2 states x 4 bytes read
+// and written per 256 elements) = 16.0625. The baseline copies 14 N bytes (28 N bytes moved).
 //
 // Counters: bytes_per_second = step bytes moved / step time (GPU time, cudaEvent-timed);
 // copy_bytes_per_second likewise for the copy; ratio_to_copy_bandwidth = the first over the
-// second (1.0: the step runs at memcpy speed). Without a CUDA device it prints why and exits 0.
+// second (1.0: the step moves its bytes at memcpy speed); params_per_second. Without a CUDA
+// device it prints why and exits 0.
 #include <benchmark/benchmark.h>
 #include <cuda_runtime_api.h>
 
@@ -26,7 +28,6 @@
 namespace zs::kernels {
 namespace {
 
-constexpr size_t kStepBytesPerParam = 28;   // read master, m, v (f32), grad (bf16); write 3 + 1
 constexpr size_t kArenaBytesPerParam = 16;  // master, m, v, grad, param_out
 constexpr size_t kCopyBytesPerParam = 14;   // copied once: 28 bytes moved per parameter
 
@@ -45,6 +46,11 @@ struct Buffers {
   float* v() const { return master() + 2 * n; }
   uint16_t* grad() const { return reinterpret_cast<uint16_t*>(master() + 3 * n); }
   uint16_t* param_out() const { return grad() + n; }
+  // int8 states: the block scales of m and v, after the arena.
+  size_t blocks() const { return (n + kFusedQuantBlock - 1) / kFusedQuantBlock; }
+  float* m_scales() const { return reinterpret_cast<float*>(param_out() + n); }
+  float* v_scales() const { return m_scales() + blocks(); }
+  size_t arena_bytes() const { return kArenaBytesPerParam * n + 2 * 4 * blocks(); }
 
   void Init() {
     size_t want = 1'000'000'000;
@@ -63,7 +69,7 @@ struct Buffers {
           stderr, "bench_optimizers_cuda: %zu parameters do not fit in %zu free bytes; using %zu\n",
           want, free_bytes, n);
     }
-    if (cudaMalloc(&arena, kArenaBytesPerParam * n) != cudaSuccess ||
+    if (cudaMalloc(&arena, arena_bytes()) != cudaSuccess ||
         cudaMalloc(&copy_dst, kCopyBytesPerParam * n) != cudaSuccess ||
         cudaMalloc(&workspace, FusedOptimizerWorkspaceBytes(1024) + 256) != cudaSuccess ||
         cudaStreamCreate(&stream) != cudaSuccess || cudaEventCreate(&start) != cudaSuccess ||
@@ -71,8 +77,8 @@ struct Buffers {
       error = "device allocation failed for " + std::to_string(n) + " parameters";
       return;
     }
-    // 0x3c3c3c3c = 0.0115f and 0x3c3c = 0.0115 in bf16: finite, non-zero, v > 0.
-    if (cudaMemset(arena, 0x3c, kArenaBytesPerParam * n) != cudaSuccess ||
+    // 0x3c3c3c3c = 0.0115f, 0x3c3c = 0.0115 in bf16 and int8 code 60: finite, non-zero, v > 0.
+    if (cudaMemset(arena, 0x3c, arena_bytes()) != cudaSuccess ||
         cudaDeviceSynchronize() != cudaSuccess) {
       error = "cudaMemset failed";
     }
@@ -97,15 +103,35 @@ Buffers& GetBuffers() {
   return *buffers;
 }
 
-std::vector<FusedOptimizerTensor> SplitIntoTensors(const Buffers& b, size_t count) {
+// Bytes one step moves per parameter (see the top of the file).
+double StepBytesPerParam(FusedStateType st) {
+  switch (st) {
+    case FusedStateType::kF32:
+      return 28.0;
+    case FusedStateType::kBF16:
+      return 20.0;
+    case FusedStateType::kInt8:
+      return 16.0 + 16.0 / double(kFusedQuantBlock);
+  }
+  return 0.0;
+}
+
+// `count` tensors over the buffers; each starts on an int8 block.
+std::vector<FusedOptimizerTensor> SplitIntoTensors(const Buffers& b, size_t count,
+                                                   FusedStateType st) {
   std::vector<FusedOptimizerTensor> tensors(count);
-  const size_t per = (b.n / count) / 8 * 8;
+  const size_t state_bytes = st == FusedStateType::kF32 ? 4 : st == FusedStateType::kBF16 ? 2 : 1;
+  const size_t per = (b.n / count) / kFusedQuantBlock * kFusedQuantBlock;
   for (size_t t = 0; t < count; ++t) {
     const size_t off = t * per;
     FusedOptimizerTensor& x = tensors[t];
     x.master = b.master() + off;
-    x.state0 = b.m() + off;
-    x.state1 = b.v() + off;
+    // Offsets in elements of the state type: the fp32-sized m and v hold any of them.
+    x.state0 = static_cast<char*>(static_cast<void*>(b.m())) + off * state_bytes;
+    x.state1 = static_cast<char*>(static_cast<void*>(b.v())) + off * state_bytes;
+    x.state0_scales = b.m_scales() + off / kFusedQuantBlock;
+    x.state1_scales = b.v_scales() + off / kFusedQuantBlock;
+    x.index_base = off;
     x.grad = b.grad() + off;
     x.param_out = b.param_out() + off;
     x.n = t + 1 == count ? b.n - off : per;
@@ -137,8 +163,10 @@ void BM_FusedAdamW(benchmark::State& state) {
     state.SkipWithError(b.error.c_str());
     return;
   }
-  const std::vector<FusedOptimizerTensor> tensors = SplitIntoTensors(b, size_t(state.range(0)));
+  const auto st = FusedStateType(state.range(1));
+  const std::vector<FusedOptimizerTensor> tensors = SplitIntoTensors(b, size_t(state.range(0)), st);
   FusedOptimizerHyper h;
+  h.state_type = st;
   h.kind = FusedOptimizerKind::kAdamW;
   h.grad_type = FusedGradType::kBF16;
   h.param_type = FusedParamType::kBF16;
@@ -176,7 +204,7 @@ void BM_FusedAdamW(benchmark::State& state) {
     state.SkipWithError(cudaGetErrorString(err));
     return;
   }
-  const double step_bytes = double(kStepBytesPerParam) * double(b.n);
+  const double step_bytes = StepBytesPerParam(st) * double(b.n);
   const double step_bw = step_bytes * double(steps) / step_seconds;
   const double copy_bw =
       2.0 * double(kCopyBytesPerParam) * double(b.n) * double(copies) / copy_seconds;
@@ -184,11 +212,11 @@ void BM_FusedAdamW(benchmark::State& state) {
   state.counters["params"] = double(b.n);
   state.counters["copy_bytes_per_second"] = copy_bw;
   state.counters["ratio_to_copy_bandwidth"] = step_bw / copy_bw;
+  state.counters["params_per_second"] = double(b.n) * double(steps) / step_seconds;
 }
 BENCHMARK(BM_FusedAdamW)
-    ->ArgName("tensors")
-    ->Arg(8)
-    ->Arg(64)
+    ->ArgNames({"tensors", "states"})
+    ->ArgsProduct({{8, 64}, {0, 1, 2}})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 

@@ -34,61 +34,6 @@
 // block, and runs the elements before the first one, like the codecs, through the whole fmix32.
 #pragma once
 
-#include <cstdint>
-
-#include "runtime/base/splitmix64.h"
-namespace zs::sr {
-
-using ::zs::SplitMix64;
-
-inline constexpr uint32_t kFmix32C1 = 0x85ebca6bu;
-inline constexpr uint32_t kFmix32C2 = 0xc2b2ae35u;
-
-// fmix32 after its first multiplication.
-inline constexpr uint32_t Fmix32AfterMul(uint32_t h) {
-  h ^= h >> 13;
-  h *= kFmix32C2;
-  h ^= h >> 16;
-  return h;
-}
-
-inline constexpr uint32_t Fmix32(uint32_t h) { return Fmix32AfterMul((h ^ (h >> 16)) * kFmix32C1); }
-
-struct SrKey {
-  uint32_t k1 = 0;
-  uint32_t k2 = 0;
-};
-
-// The key of the run of indices whose high 32 bits are `index_hi`.
-inline constexpr SrKey MakeSrKey(uint64_t seed, int64_t step, uint32_t index_hi) {
-  uint64_t h = SplitMix64(uint64_t{index_hi} << 32);
-  h = SplitMix64(h ^ static_cast<uint64_t>(step));
-  h = SplitMix64(h ^ seed);
-  return SrKey{static_cast<uint32_t>(h), static_cast<uint32_t>(h >> 32)};
-}
-
-inline constexpr uint32_t SrHash(SrKey key, uint32_t index_lo) {
-  return Fmix32(index_lo ^ key.k1) ^ key.k2;
-}
-
-// The key of the aligned block of 2^16 indices whose high 16 bits are `index_hi16` (< 2^16):
-// [Note: hashing within a 64K block].
-inline constexpr uint32_t SrBlockKey(SrKey key, uint32_t index_hi16) {
-  return key.k1 ^ (key.k1 >> 16) ^ index_hi16;
-}
-
-// SrHash of index_lo = base + lane in the block whose key is `block_key`, where base is a
-// multiple of the power of two `width` > lane: the fused kernel's form of it.
-inline constexpr uint32_t SrHashSplit(uint32_t block_key, SrKey key, uint32_t base, uint32_t lane,
-                                      uint32_t width) {
-  const uint32_t base_product = (base ^ (block_key & ~(width - 1))) * kFmix32C1;
-  const uint32_t lane_product = (lane ^ (block_key & (width - 1))) * kFmix32C1;
-  return Fmix32AfterMul(base_product + lane_product) ^ key.k2;
-}
-
-inline constexpr uint32_t SrBits(SrKey key, int state_index, uint32_t index_lo) {
-  const uint32_t h = SrHash(key, index_lo);
-  return state_index == 0 ? h >> 16 : h & 0xffffu;
-}
-
-}  // namespace zs::sr
+// The scalar functions (Fmix32, SrKey, MakeSrKey, SrHash, SrBlockKey, SrHashSplit, SrBits,
+// StochasticRoundToBF16Bits) live with the CUDA kernels, which round the same way.
+#include "kernels/stochastic_rounding_bits.h"

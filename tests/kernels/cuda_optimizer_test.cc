@@ -1,11 +1,16 @@
-// The fused multi-tensor optimizer kernel (kernels/cuda/fused_optimizer.h) against a float64
-// reference written here from optimizers/optimizer_spec.h's update rules. The reference also
-// carries a first-order bound on the error of the kernel's fp32 arithmetic (unit roundoff 2^-24
-// per operation, propagated through the same operations), and every element must lie within
-// twice that bound: wrong constants, a missing bias correction or a misplaced weight decay are
-// many bounds away. param_out must be the exact round-to-nearest-even cast of the new master.
-// Tensors sit at unaligned offsets inside shared buffers whose other elements must stay
-// untouched. Tests that launch kernels skip (GTEST_SKIP) when there is no CUDA device.
+// The fused multi-tensor optimizer kernel (kernels/cuda/fused_optimizer.h) and its CPU
+// reference (kernels/fused_optimizer_reference.h).
+// - Against a float64 reference written here from optimizers/optimizer_spec.h's update rules
+//   (fp32 states). The reference also carries a first-order bound on the error of fp32
+//   arithmetic (unit roundoff 2^-24 per operation, propagated through the same operations),
+//   and every element must lie within twice that bound: wrong constants, a missing bias
+//   correction or a misplaced weight decay are many bounds away. param_out must be the exact
+//   round-to-nearest-even cast of the new master. Tensors sit at unaligned offsets inside
+//   shared buffers whose other elements must stay untouched. The CPU reference passes the
+//   same checks without a device.
+// - The GPU against the CPU reference bit for bit, for fp32, bf16 (stochastic rounding, a
+//   tensor across a 2^32 boundary of shard indices) and int8 states, on inline and long lists.
+// Tests that launch kernels skip (GTEST_SKIP) when there is no CUDA device.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -17,9 +22,10 @@
 #include <string>
 #include <vector>
 
-#include "tests/kernels/cuda_test_support.h"
 #include "kernels/cuda/fused_optimizer.h"
 #include "kernels/float_bits.h"
+#include "kernels/fused_optimizer_reference.h"
+#include "tests/kernels/cuda_test_support.h"
 
 namespace zs::kernels {
 namespace {
@@ -223,8 +229,12 @@ FusedOptimizerHyper HyperFor(const Case& c) {
   return h;
 }
 
+// Where a launch runs: on the GPU, or through its CPU reference (which must give the same
+// bits, so the float64 checks below hold for both; the reference's run here needs no device).
+enum class Runner { kGpu, kCpuReference };
+
 // Runs one launch over tensors of `sizes` and checks every element of every buffer.
-void RunAndCheck(const Case& c, const std::vector<size_t>& sizes, uint32_t seed) {
+void RunAndCheck(const Case& c, const std::vector<size_t>& sizes, uint32_t seed, Runner runner) {
   const FusedOptimizerHyper h = HyperFor(c);
   const Layout layout = MakeLayout(sizes);
   const size_t total = layout.total;
@@ -248,46 +258,59 @@ void RunAndCheck(const Case& c, const std::vector<size_t>& sizes, uint32_t seed)
     grad16v[i] = StoreHalf(g, grad_bf16 || !grad16);
   }
 
-  DeviceVector<float> d_master(master), d_s0(s0), d_s1(s1), d_g32(grad32);
-  DeviceVector<uint16_t> d_g16(grad16v), d_param(param);
-  ASSERT_NE(d_master.get(), nullptr);
-
-  std::vector<FusedOptimizerTensor> tensors(sizes.size());
+  // The tensors over buffers at these addresses (device or host).
   std::vector<float> wds(sizes.size());
   std::vector<bool> in_tensor(total, false), in_param(total, false);
-  for (size_t t = 0; t < sizes.size(); ++t) {
-    const size_t off = layout.offset[t], goff = layout.grad_offset[t];
-    wds[t] = t % 4 == 3 ? 0.0f : 0.05f * float(1 + t % 3);
-    FusedOptimizerTensor& x = tensors[t];
-    x.master = d_master.get() + off;
-    x.state0 = NeedsState0(c) ? d_s0.get() + off : nullptr;
-    x.state1 = NeedsState1(c) ? d_s1.get() + off : nullptr;
-    x.grad = grad16 ? static_cast<const void*>(d_g16.get() + goff)
-                    : static_cast<const void*>(d_g32.get() + goff);
-    const bool with_param = t % 5 != 4;
-    x.param_out = with_param ? d_param.get() + off : nullptr;
-    x.n = sizes[t];
-    x.weight_decay = wds[t];
-    for (size_t i = off; i < off + sizes[t]; ++i) {
-      in_tensor[i] = true;
-      in_param[i] = with_param;
+  auto make_tensors = [&](float* m, float* st0, float* st1, float* g32, uint16_t* g16,
+                          uint16_t* par) {
+    std::vector<FusedOptimizerTensor> tensors(sizes.size());
+    for (size_t t = 0; t < sizes.size(); ++t) {
+      const size_t off = layout.offset[t], goff = layout.grad_offset[t];
+      wds[t] = t % 4 == 3 ? 0.0f : 0.05f * float(1 + t % 3);
+      FusedOptimizerTensor& x = tensors[t];
+      x.master = m + off;
+      x.state0 = NeedsState0(c) ? st0 + off : nullptr;
+      x.state1 = NeedsState1(c) ? st1 + off : nullptr;
+      x.grad = grad16 ? static_cast<const void*>(g16 + goff) : static_cast<const void*>(g32 + goff);
+      const bool with_param = t % 5 != 4;
+      x.param_out = with_param ? par + off : nullptr;
+      x.n = sizes[t];
+      x.weight_decay = wds[t];
+      for (size_t i = off; i < off + sizes[t]; ++i) {
+        in_tensor[i] = true;
+        in_param[i] = with_param;
+      }
     }
-  }
+    return tensors;
+  };
 
-  const size_t ws_bytes = FusedOptimizerWorkspaceBytes(tensors.size());
-  if (tensors.size() > kFusedOptimizerInlineTensors) {
-    EXPECT_GT(ws_bytes, 0u);
+  std::vector<float> out_master = master, out_s0 = s0, out_s1 = s1, out_g32 = grad32;
+  std::vector<uint16_t> out_param = param, out_g16 = grad16v;
+  if (runner == Runner::kCpuReference) {
+    const std::vector<FusedOptimizerTensor> tensors =
+        make_tensors(out_master.data(), out_s0.data(), out_s1.data(), out_g32.data(),
+                     out_g16.data(), out_param.data());
+    ASSERT_TRUE(FusedOptimizerStepReference(h, tensors.data(), tensors.size()));
   } else {
-    EXPECT_EQ(ws_bytes, 0u);
+    DeviceVector<float> d_master(master), d_s0(s0), d_s1(s1), d_g32(grad32);
+    DeviceVector<uint16_t> d_g16(grad16v), d_param(param);
+    ASSERT_NE(d_master.get(), nullptr);
+    const std::vector<FusedOptimizerTensor> tensors = make_tensors(
+        d_master.get(), d_s0.get(), d_s1.get(), d_g32.get(), d_g16.get(), d_param.get());
+    const size_t ws_bytes = FusedOptimizerWorkspaceBytes(tensors.size());
+    if (tensors.size() > kFusedOptimizerInlineTensors) {
+      EXPECT_GT(ws_bytes, 0u);
+    } else {
+      EXPECT_EQ(ws_bytes, 0u);
+    }
+    const DeviceVector<char> d_ws{std::vector<char>(ws_bytes)};
+    ZS_CUDA_OK(LaunchFusedOptimizer(h, tensors.data(), tensors.size(),
+                                    ws_bytes > 0 ? d_ws.get() : nullptr, ws_bytes, nullptr));
+    ZS_CUDA_OK(cudaDeviceSynchronize());
+    out_master = d_master.ToHost(), out_s0 = d_s0.ToHost(), out_s1 = d_s1.ToHost();
+    out_g32 = d_g32.ToHost();
+    out_param = d_param.ToHost(), out_g16 = d_g16.ToHost();
   }
-  const DeviceVector<char> d_ws{std::vector<char>(ws_bytes)};
-  ZS_CUDA_OK(LaunchFusedOptimizer(h, tensors.data(), tensors.size(),
-                                  ws_bytes > 0 ? d_ws.get() : nullptr, ws_bytes, nullptr));
-  ZS_CUDA_OK(cudaDeviceSynchronize());
-
-  const std::vector<float> out_master = d_master.ToHost(), out_s0 = d_s0.ToHost(),
-                           out_s1 = d_s1.ToHost(), out_g32 = d_g32.ToHost();
-  const std::vector<uint16_t> out_param = d_param.ToHost(), out_g16 = d_g16.ToHost();
 
   Failures fail;
   auto check = [&](const char* what, size_t t, size_t i, float got, const Approx& want,
@@ -343,7 +366,7 @@ class FusedOptimizerTest : public ::testing::TestWithParam<Case> {};
 TEST_P(FusedOptimizerTest, MatchesFloat64ReferenceOnAnInlineList) {
   ZS_SKIP_WITHOUT_GPU();
   ASSERT_LE(kSizes.size(), kFusedOptimizerInlineTensors);
-  RunAndCheck(GetParam(), kSizes, 1234);
+  RunAndCheck(GetParam(), kSizes, 1234, Runner::kGpu);
 }
 
 TEST_P(FusedOptimizerTest, MatchesFloat64ReferenceOnALongList) {
@@ -352,7 +375,169 @@ TEST_P(FusedOptimizerTest, MatchesFloat64ReferenceOnALongList) {
   std::vector<size_t> sizes;
   for (size_t i = 0; i < kFusedOptimizerInlineTensors + 13; ++i)
     sizes.push_back(1 + (i * 997) % 3001);
-  RunAndCheck(GetParam(), sizes, 99);
+  RunAndCheck(GetParam(), sizes, 99, Runner::kGpu);
+}
+
+// The CPU reference under the same float64 checks: runs without a device.
+TEST_P(FusedOptimizerTest, CpuReferenceMatchesFloat64Reference) {
+  RunAndCheck(GetParam(), kSizes, 1234, Runner::kCpuReference);
+}
+
+// ---- the GPU against the CPU reference, bit for bit, for every state type ----------------
+
+// Initial states of type `st` for `total` elements (second moments as roots in int8, >= 0),
+// as bytes; int8 scales separately (one per block of each tensor, plus guards).
+struct StateBuffers {
+  std::vector<uint8_t> s0, s1;
+  std::vector<float> scales0, scales1;
+  std::vector<size_t> scale_offset;  // tensor t's first block scale
+};
+
+StateBuffers MakeStates(const Case& c, FusedStateType st, const Layout& layout,
+                        const std::vector<size_t>& sizes, Uniform& rnd) {
+  StateBuffers b;
+  const size_t bytes = st == FusedStateType::kF32 ? 4 : st == FusedStateType::kBF16 ? 2 : 1;
+  b.s0.resize(layout.total * bytes);
+  b.s1.resize(layout.total * bytes);
+  const bool s0_positive = c.kind == FusedOptimizerKind::kAdagrad;
+  for (size_t i = 0; i < layout.total; ++i) {
+    const float v0 = s0_positive ? rnd.Next(1e-3f, 1.0f, true) : rnd.Next(1e-3f, 0.5f);
+    const float v1 = rnd.Next(1e-6f, 1e-2f, true);
+    if (st == FusedStateType::kF32) {
+      std::memcpy(&b.s0[4 * i], &v0, 4);
+      std::memcpy(&b.s1[4 * i], &v1, 4);
+    } else if (st == FusedStateType::kBF16) {
+      const uint16_t h0 = FloatToBF16Bits(v0), h1 = FloatToBF16Bits(v1);
+      std::memcpy(&b.s0[2 * i], &h0, 2);
+      std::memcpy(&b.s1[2 * i], &h1, 2);
+    } else {
+      const auto code = [&](bool positive) {
+        return uint8_t(
+            int8_t(positive ? int(rnd.Next(0.0f, 127.9f, true)) : int(rnd.Next(0.0f, 127.9f))));
+      };
+      b.s0[i] = code(s0_positive);
+      b.s1[i] = code(true);  // AdamW/Adam's v as its root
+    }
+  }
+  size_t cursor = 2;  // guards between the tensors' scales
+  for (size_t n : sizes) {
+    b.scale_offset.push_back(cursor);
+    cursor += (n + kFusedQuantBlock - 1) / kFusedQuantBlock + 3;
+  }
+  b.scales0.resize(cursor);
+  b.scales1.resize(cursor);
+  for (size_t i = 0; i < cursor; ++i) {
+    b.scales0[i] = rnd.Next(1e-3f, 4e-3f, true);
+    b.scales1[i] = rnd.Next(1e-4f, 8e-4f, true);
+  }
+  return b;
+}
+
+void CompareGpuWithReference(const Case& c, FusedStateType st, const std::vector<size_t>& sizes,
+                             uint32_t seed) {
+  const char* state_name = st == FusedStateType::kF32    ? "f32"
+                           : st == FusedStateType::kBF16 ? "bf16"
+                                                         : "int8";
+  SCOPED_TRACE(std::string(c.name) + " states " + state_name);
+  FusedOptimizerHyper h = HyperFor(c);
+  h.state_type = st;
+  h.seed = 0xfeedull + seed;
+  const Layout layout = MakeLayout(sizes);
+  const size_t total = layout.total;
+  Uniform rnd(seed);
+  std::vector<float> master(total), grad32(total + 1);
+  std::vector<uint16_t> grad16v(total + 1), param(total, 0x7777);
+  for (size_t i = 0; i < total; ++i) master[i] = rnd.Next(0.05f, 2.0f);
+  for (size_t i = 0; i < total + 1; ++i) {
+    grad32[i] = rnd.Next(1e-3f, 2.0f);
+    grad16v[i] =
+        c.grad_type == FusedGradType::kF16 ? FloatToF16Bits(grad32[i]) : FloatToBF16Bits(grad32[i]);
+  }
+  const StateBuffers init = MakeStates(c, st, layout, sizes, rnd);
+  const size_t state_bytes = st == FusedStateType::kF32 ? 4 : st == FusedStateType::kBF16 ? 2 : 1;
+
+  // One list over buffers at these addresses. Tensor 1 puts a 2^32 boundary of shard indices
+  // inside itself (bf16 rounding keys change there).
+  auto make_tensors = [&](float* m, uint8_t* st0, uint8_t* st1, float* sc0, float* sc1, float* g32,
+                          uint16_t* g16, uint16_t* par) {
+    std::vector<FusedOptimizerTensor> tensors(sizes.size());
+    for (size_t t = 0; t < sizes.size(); ++t) {
+      const size_t off = layout.offset[t], goff = layout.grad_offset[t];
+      FusedOptimizerTensor& x = tensors[t];
+      x.master = m + off;
+      x.state0 = NeedsState0(c) ? st0 + off * state_bytes : nullptr;
+      x.state1 = NeedsState1(c) ? st1 + off * state_bytes : nullptr;
+      x.state0_scales = sc0 + init.scale_offset[t];
+      x.state1_scales = sc1 + init.scale_offset[t];
+      x.grad = c.grad_type == FusedGradType::kF32 ? static_cast<const void*>(g32 + goff)
+                                                  : static_cast<const void*>(g16 + goff);
+      x.param_out = t % 5 != 4 ? par + off : nullptr;
+      x.n = sizes[t];
+      x.weight_decay = t % 4 == 3 ? 0.0f : 0.05f * float(1 + t % 3);
+      x.index_base = t == 1 ? (uint64_t{1} << 32) - sizes[t] / 2 : uint64_t(off) * 977;
+    }
+    return tensors;
+  };
+
+  // The CPU reference on host copies.
+  std::vector<float> ref_master = master, ref_sc0 = init.scales0, ref_sc1 = init.scales1;
+  std::vector<uint8_t> ref_s0 = init.s0, ref_s1 = init.s1;
+  std::vector<uint16_t> ref_param = param;
+  std::vector<float> g32_host = grad32;
+  std::vector<uint16_t> g16_host = grad16v;
+  {
+    const std::vector<FusedOptimizerTensor> tensors =
+        make_tensors(ref_master.data(), ref_s0.data(), ref_s1.data(), ref_sc0.data(),
+                     ref_sc1.data(), g32_host.data(), g16_host.data(), ref_param.data());
+    ASSERT_TRUE(FusedOptimizerStepReference(h, tensors.data(), tensors.size()));
+  }
+  EXPECT_NE(std::memcmp(ref_master.data(), master.data(), master.size() * 4), 0);
+  if (!NoCudaDeviceReason().empty()) return;  // the caller skips, with the reason
+
+  // The GPU.
+  DeviceVector<float> d_master(master), d_sc0(init.scales0), d_sc1(init.scales1), d_g32(grad32);
+  DeviceVector<uint8_t> d_s0(init.s0), d_s1(init.s1);
+  DeviceVector<uint16_t> d_g16(grad16v), d_param(param);
+  ASSERT_NE(d_master.get(), nullptr);
+  const std::vector<FusedOptimizerTensor> tensors =
+      make_tensors(d_master.get(), d_s0.get(), d_s1.get(), d_sc0.get(), d_sc1.get(), d_g32.get(),
+                   d_g16.get(), d_param.get());
+  const size_t ws_bytes = FusedOptimizerWorkspaceBytes(tensors.size());
+  const DeviceVector<char> d_ws{std::vector<char>(ws_bytes)};
+  ZS_CUDA_OK(LaunchFusedOptimizer(h, tensors.data(), tensors.size(),
+                                  ws_bytes > 0 ? d_ws.get() : nullptr, ws_bytes, nullptr));
+  ZS_CUDA_OK(cudaDeviceSynchronize());
+
+  auto same = [](const char* what, const auto& got, const auto& want) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    const size_t elem = sizeof(got[0]);
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (std::memcmp(&got[i], &want[i], elem) != 0) {
+        ADD_FAILURE() << what << ": first difference at element " << i;
+        return;
+      }
+    }
+  };
+  same("master", d_master.ToHost(), ref_master);
+  same("param_out", d_param.ToHost(), ref_param);
+  same("state0", d_s0.ToHost(), ref_s0);
+  same("state1", d_s1.ToHost(), ref_s1);
+  same("state0 scales", d_sc0.ToHost(), ref_sc0);
+  same("state1 scales", d_sc1.ToHost(), ref_sc1);
+  same("grad (read only)", d_g32.ToHost(), grad32);
+}
+
+// Without a device only the reference's half runs (so its setup is exercised), then it skips.
+TEST_P(FusedOptimizerTest, GpuMatchesCpuReferenceBitForBitForEveryStateType) {
+  for (FusedStateType st : {FusedStateType::kF32, FusedStateType::kBF16, FusedStateType::kInt8}) {
+    CompareGpuWithReference(GetParam(), st, kSizes, 7);
+    // A long list: the table goes through the workspace.
+    std::vector<size_t> sizes;
+    for (size_t i = 0; i < kFusedOptimizerInlineTensors + 5; ++i)
+      sizes.push_back(1 + (i * 1531) % 2900);
+    CompareGpuWithReference(GetParam(), st, sizes, 8);
+  }
+  ZS_SKIP_WITHOUT_GPU();
 }
 
 constexpr auto kF32 = FusedGradType::kF32;
