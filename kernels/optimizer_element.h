@@ -72,13 +72,6 @@ ZS_KERNEL_HD bool WritesState0(const FusedStepConstants& c) {
   return K != FusedOptimizerKind::kSgd || c.sgd_momentum;
 }
 
-// Whether state `state` of the kind holds a square root in int8 ([Note: int8 second moments]).
-template <FusedOptimizerKind K>
-ZS_KERNEL_HD constexpr bool Int8HoldsRoot(int state) {
-  return ((K == FusedOptimizerKind::kAdamW || K == FusedOptimizerKind::kAdam) && state == 1) ||
-         (K == FusedOptimizerKind::kAdagrad && state == 0);
-}
-
 // Updates one element: g is the scaled gradient, w the master, s0 / s1 the states' values (0
 // where the kind reads none; second moments as roots when `as_root`), decay = 1 - lr * wd.
 // Leaves the new weight in w and the values to store in s0, s1.

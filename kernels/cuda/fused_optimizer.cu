@@ -212,6 +212,21 @@ __device__ __forceinline__ void RunElementChunk(const Params& p, const TensorDes
 
 // ---- int8 states: a warp per block ----------------------------------------------------------
 
+// The max of v over the warp's 32 lanes, in every lane (all lanes must call it). sm_80 and up
+// reduce in one instruction; older GPUs take a butterfly of shuffles (max is order-free: same
+// result).
+__device__ __forceinline__ uint32_t WarpMax(uint32_t v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  return __reduce_max_sync(0xffffffffu, v);
+#else
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    v = max(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  }
+  return v;
+#endif
+}
+
 // The warp's block of tensor d at element `base` (count elements): lane l holds elements
 // l + 32 k, so each load instruction of the warp reads consecutive elements. Every lane takes
 // part in the max reductions (lanes past the end contribute 0).
@@ -246,10 +261,11 @@ __device__ __forceinline__ void Int8BlockStep(const Params& p, const TensorDesc&
     max0 = max(max0, AbsBits(s0));
     max1 = max(max1, AbsBits(s1));
   }
-  // The reductions synchronize the warp: every lane has read the old scales before lane 0
-  // writes the new ones.
+  // Every lane has read the old scales before lane 0 writes the new ones: the reductions
+  // exchange values between all lanes, and __syncwarp orders the memory accesses too.
+  __syncwarp();
   if (writes0) {
-    const Int8BlockCoder coder = MakeInt8BlockCoder(__reduce_max_sync(0xffffffffu, max0));
+    const Int8BlockCoder coder = MakeInt8BlockCoder(WarpMax(max0));
 #pragma unroll
     for (int k = 0; k < kInt8PerLane; ++k) {
       const uint32_t j = lane + 32 * uint32_t(k);
@@ -258,7 +274,7 @@ __device__ __forceinline__ void Int8BlockStep(const Params& p, const TensorDesc&
     if (lane == 0) d.scales0[block] = coder.scale;
   }
   if constexpr (kTwo) {
-    const Int8BlockCoder coder = MakeInt8BlockCoder(__reduce_max_sync(0xffffffffu, max1));
+    const Int8BlockCoder coder = MakeInt8BlockCoder(WarpMax(max1));
 #pragma unroll
     for (int k = 0; k < kInt8PerLane; ++k) {
       const uint32_t j = lane + 32 * uint32_t(k);

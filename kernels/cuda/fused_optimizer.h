@@ -15,8 +15,10 @@
 //   bit of its trajectory.
 // - Tensors must not overlap one another (a tensor's arrays must not overlap either); any
 //   alignment is accepted (fp32 and bf16 states: arrays 16-byte aligned at a common element
-//   take the vector path from there, others a scalar one; int8 states: one warp per block, each
-//   lane a strided eighth of it, so loads coalesce whatever the alignment).
+//   take the vector path from there, others a scalar one; int8 states: one warp per block, lane
+//   l taking elements l, l + 32, ..., so loads coalesce whatever the alignment). Arrays must be
+//   aligned to their element size. Any GPU the toolkit targets (int8 block maxima by
+//   __reduce_max_sync on sm_80 and up, by shuffles below).
 // - [Note: multi-tensor launch] The host splits every tensor into chunks of
 //   kFusedOptimizerChunk elements (after a short scalar head that aligns the vector loads; int8
 //   tensors have none, so chunks start on blocks) and builds a table of the tensors with their
