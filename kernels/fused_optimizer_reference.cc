@@ -63,6 +63,14 @@ void StepElements(const FusedOptimizerHyper& h, const FusedStepConstants& c,
   }
 }
 
+// One int8 block of `count` new values whose largest |value| has the bits max_bits.
+void EncodeBlock(uint32_t max_bits, const float* values, size_t count, int8_t* codes,
+                 float* scale) {
+  const Int8BlockCoder coder = MakeInt8BlockCoder(max_bits);
+  *scale = coder.scale;
+  for (size_t k = 0; k < count; ++k) codes[k] = EncodeInt8(coder, values[k]);
+}
+
 // int8 states: block by block (decode, update, re-encode the whole block).
 template <FusedOptimizerKind K, typename G>
 void StepInt8Blocks(const FusedOptimizerHyper& h, const FusedStepConstants& c,
@@ -90,16 +98,8 @@ void StepInt8Blocks(const FusedOptimizerHyper& h, const FusedStepConstants& c,
       max0 = max0 > AbsBits(s0) ? max0 : AbsBits(s0);
       max1 = max1 > AbsBits(s1) ? max1 : AbsBits(s1);
     }
-    if (writes0) {
-      const Int8BlockCoder coder = MakeInt8BlockCoder(max0);
-      t.state0_scales[b] = coder.scale;
-      for (size_t k = 0; k < count; ++k) codes0[begin + k] = EncodeInt8(coder, new0[k]);
-    }
-    if (kTwo) {
-      const Int8BlockCoder coder = MakeInt8BlockCoder(max1);
-      t.state1_scales[b] = coder.scale;
-      for (size_t k = 0; k < count; ++k) codes1[begin + k] = EncodeInt8(coder, new1[k]);
-    }
+    if (writes0) EncodeBlock(max0, new0, count, codes0 + begin, t.state0_scales + b);
+    if (kTwo) EncodeBlock(max1, new1, count, codes1 + begin, t.state1_scales + b);
   }
 }
 

@@ -24,31 +24,41 @@
 namespace zs::kernels {
 
 struct FusedStepConstants {
-  float lr, beta1, one_minus_beta1, beta2, one_minus_beta2, eps;
-  float step_size;     // Adam: float(lr / (1 - beta1^step)), the bias correction in double
-  float inv_sqrt_bc2;  // Adam: float(1 / sqrt(1 - beta2^step))
-  float grad_scale;
-  bool sgd_momentum;    // SGD: beta1 != 0 (state0 present)
-  bool sgd_first_step;  // SGD: step == 1 (buf = g)
-  bool nesterov;
+  float lr = 0.0f, beta1 = 0.0f, one_minus_beta1 = 0.0f, beta2 = 0.0f, one_minus_beta2 = 0.0f;
+  float eps = 0.0f;
+  float step_size = 0.0f;     // Adam: float(lr / (1 - beta1^step)), the bias correction in double
+  float inv_sqrt_bc2 = 0.0f;  // Adam: float(1 / sqrt(1 - beta2^step))
+  float grad_scale = 1.0f;
+  bool sgd_momentum = false;    // SGD: beta1 != 0 (state0 present)
+  bool sgd_first_step = false;  // SGD: step == 1 (buf = g)
+  bool nesterov = false;
 };
 
-inline FusedStepConstants MakeFusedStepConstants(const FusedOptimizerHyper& h) {
-  FusedStepConstants c{};
-  c.lr = h.lr;
-  c.beta1 = h.beta1;
-  c.one_minus_beta1 = 1.0f - h.beta1;
-  c.beta2 = h.beta2;
-  c.one_minus_beta2 = 1.0f - h.beta2;
-  c.eps = h.eps;
-  const double bc1 = 1.0 - std::pow(double(h.beta1), double(h.step));
-  const double bc2 = 1.0 - std::pow(double(h.beta2), double(h.step));
-  c.step_size = float(double(h.lr) / bc1);
+// The one computation of a step's constants: the SIMD CPU kernels' (optimizers/
+// optimizer_kernels.cc's MakeKernelConstants) and the GPU kernel's, so their bits agree.
+inline FusedStepConstants MakeFusedStepConstants(float lr, float beta1, float beta2, float eps,
+                                                 int64_t step, bool nesterov) {
+  FusedStepConstants c;
+  c.lr = lr;
+  c.beta1 = beta1;
+  c.one_minus_beta1 = 1.0f - beta1;
+  c.beta2 = beta2;
+  c.one_minus_beta2 = 1.0f - beta2;
+  c.eps = eps;
+  // Bias corrections in double once per step, as optimizers/adamw_reference.cc does.
+  const double bc1 = 1.0 - std::pow(double(beta1), double(step));
+  const double bc2 = 1.0 - std::pow(double(beta2), double(step));
+  c.step_size = float(double(lr) / bc1);
   c.inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2));
+  c.sgd_momentum = beta1 != 0.0f;
+  c.sgd_first_step = step == 1;
+  c.nesterov = nesterov;
+  return c;
+}
+
+inline FusedStepConstants MakeFusedStepConstants(const FusedOptimizerHyper& h) {
+  FusedStepConstants c = MakeFusedStepConstants(h.lr, h.beta1, h.beta2, h.eps, h.step, h.nesterov);
   c.grad_scale = h.grad_scale;
-  c.sgd_momentum = h.beta1 != 0.0f;
-  c.sgd_first_step = h.step == 1;
-  c.nesterov = h.nesterov;
   return c;
 }
 

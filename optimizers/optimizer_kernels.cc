@@ -597,21 +597,9 @@ HWY_EXPORT(TargetNameImpl);
 
 KernelConstants MakeKernelConstants(const OptimizerHyper& h) {
   KernelConstants c;
+  static_cast<kernels::FusedStepConstants&>(c) =
+      kernels::MakeFusedStepConstants(h.lr, h.beta1, h.beta2, h.eps, h.step, h.nesterov);
   c.kind = h.kind;
-  c.lr = h.lr;
-  c.beta1 = h.beta1;
-  c.one_minus_beta1 = 1.0f - h.beta1;
-  c.beta2 = h.beta2;
-  c.one_minus_beta2 = 1.0f - h.beta2;
-  c.eps = h.eps;
-  // Bias corrections in double once per step, as optimizers/adamw_reference.cc does.
-  const double bc1 = 1.0 - std::pow(double(h.beta1), double(h.step));
-  const double bc2 = 1.0 - std::pow(double(h.beta2), double(h.step));
-  c.step_size = float(double(h.lr) / bc1);
-  c.inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2));
-  c.sgd_momentum = h.beta1 != 0.0f;
-  c.sgd_first_step = h.step == 1;
-  c.nesterov = h.nesterov;
   return c;
 }
 

@@ -17,24 +17,18 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/optimizer_element.h"
 #include "optimizers/optimizer_spec.h"
 #include "optimizers/stochastic_rounding.h"
 #include "runtime/base/dtype.h"
 
 namespace zs::internal {
 
-// Per-step constants, computed once per Step from OptimizerHyper.
-struct KernelConstants {
+// Per-step constants, computed once per Step from OptimizerHyper: the kind, and the constants
+// the GPU kernel computes the same way (kernels/optimizer_element.h; grad_scale is unused here,
+// each range carries its own).
+struct KernelConstants : kernels::FusedStepConstants {
   OptimizerKind kind = OptimizerKind::kAdamW;
-  float lr = 0.0f;
-  float beta1 = 0.0f, one_minus_beta1 = 0.0f;
-  float beta2 = 0.0f, one_minus_beta2 = 0.0f;
-  float eps = 0.0f;
-  float step_size = 0.0f;      // Adam: float(lr / bc1)
-  float inv_sqrt_bc2 = 0.0f;   // Adam: float(1 / sqrt(bc2))
-  bool sgd_momentum = false;   // SGD: momentum != 0 (state0 present)
-  bool sgd_first_step = false; // SGD: step == 1 (buf = g)
-  bool nesterov = false;
 };
 
 KernelConstants MakeKernelConstants(const OptimizerHyper& hyper);

@@ -227,6 +227,21 @@ __device__ __forceinline__ uint32_t WarpMax(uint32_t v) {
 #endif
 }
 
+// Encodes one state's new values over the warp's block (every lane calls it): the block max of
+// the lanes' maxima of |value| bits, then the codes and (lane 0) the scale.
+__device__ __forceinline__ void EncodeWarpBlock(int8_t* codes, float* scales, uint64_t block,
+                                                uint64_t base, uint32_t count, uint32_t max_bits,
+                                                const float (&values)[kInt8PerLane]) {
+  const uint32_t lane = threadIdx.x % 32;
+  const Int8BlockCoder coder = MakeInt8BlockCoder(WarpMax(max_bits));
+#pragma unroll
+  for (int k = 0; k < kInt8PerLane; ++k) {
+    const uint32_t j = lane + 32 * uint32_t(k);
+    if (j < count) codes[base + j] = EncodeInt8(coder, values[k]);
+  }
+  if (lane == 0) scales[block] = coder.scale;
+}
+
 // The warp's block of tensor d at element `base` (count elements): lane l holds elements
 // l + 32 k, so each load instruction of the warp reads consecutive elements. Every lane takes
 // part in the max reductions (lanes past the end contribute 0).
@@ -264,24 +279,8 @@ __device__ __forceinline__ void Int8BlockStep(const Params& p, const TensorDesc&
   // Every lane has read the old scales before lane 0 writes the new ones: the reductions
   // exchange values between all lanes, and __syncwarp orders the memory accesses too.
   __syncwarp();
-  if (writes0) {
-    const Int8BlockCoder coder = MakeInt8BlockCoder(WarpMax(max0));
-#pragma unroll
-    for (int k = 0; k < kInt8PerLane; ++k) {
-      const uint32_t j = lane + 32 * uint32_t(k);
-      if (j < count) codes0[base + j] = EncodeInt8(coder, new0[k]);
-    }
-    if (lane == 0) d.scales0[block] = coder.scale;
-  }
-  if constexpr (kTwo) {
-    const Int8BlockCoder coder = MakeInt8BlockCoder(WarpMax(max1));
-#pragma unroll
-    for (int k = 0; k < kInt8PerLane; ++k) {
-      const uint32_t j = lane + 32 * uint32_t(k);
-      if (j < count) codes1[base + j] = EncodeInt8(coder, new1[k]);
-    }
-    if (lane == 0) d.scales1[block] = coder.scale;
-  }
+  if (writes0) EncodeWarpBlock(codes0, d.scales0, block, base, count, max0, new0);
+  if constexpr (kTwo) EncodeWarpBlock(codes1, d.scales1, block, base, count, max1, new1);
 }
 
 // A chunk of an int8 tensor: [begin, end) starts on a block; warps stride over its blocks.
