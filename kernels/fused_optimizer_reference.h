@@ -7,8 +7,9 @@
 // Contract
 // - Updates every tensor in place, as LaunchFusedOptimizer would; returns false, touching
 //   nothing, for the arguments FusedOptimizerArgsError refuses.
-// - Single-threaded, no allocation beyond one block of int8 scratch on the stack; not fast (a
-//   reference, for tests and for hosts that want the GPU's exact bits).
+// - Runs on the calling thread and returns when done; no allocation (int8: two blocks of fp32
+//   scratch, 2 KiB, on the stack); safe to call concurrently on disjoint tensors. Not fast: a
+//   reference, for tests and for hosts that want the GPU's exact bits.
 #pragma once
 
 #include <cstddef>

@@ -7,9 +7,9 @@
 //   layout]), taken here as raw arguments: device (or host) pointers, element counts and 16-bit
 //   patterns for bf16/f16 values.
 // - A tensor is a parameter, or a weight-decay segment of a shard. Its elements are independent
-//   of one another and of the list: an element's result depends only on its own inputs, the
-//   hyper-parameters, the tensor's weight decay and (bf16 states) its index, never on the
-//   order of the list, the chunking or the grid.
+//   of one another and of the list: an element's result depends only on its own inputs (int8
+//   states: its block's), the hyper-parameters, the tensor's weight decay and (bf16 states) its
+//   index, never on the order of the list, the chunking or the grid.
 // - States (FusedStateType, one per launch):
 //   - kF32: n floats each.
 //   - kBF16: n bf16 codes each, rounded stochastically with the bits of shard element

@@ -1,7 +1,9 @@
 // One element of the fused optimizer step, as scalar `__host__ __device__` code: the CUDA
 // kernel (kernels/cuda/fused_optimizer.cu) and its CPU reference (fused_optimizer_reference.cc)
 // both run these functions, and they are written to give the bits of the SIMD CPU kernels
-// (optimizers/optimizer_kernels.cc's Update), which tests/kernels checks element by element.
+// (optimizers/optimizer_kernels.cc's Update): kernels_fused_optimizer_reference_test checks the
+// reference against CpuOptimizer bit for bit (NaN payloads aside), and the GPU test the kernel
+// against the reference.
 //
 // Contract
 // - Plain IEEE float: every product and sum rounded on its own (compile with

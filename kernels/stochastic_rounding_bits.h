@@ -3,8 +3,9 @@
 // CUDA fused optimizer kernel, so a state element rounds the same way on either.
 //
 // Contract
-// - Pure integer functions, `__host__ __device__` under nvcc (ZS_KERNEL_HD) and constexpr.
-//   MakeSrKey is host-side (SplitMix64, once per run of 2^32 indices).
+// - Pure functions, `__host__ __device__` under nvcc (ZS_KERNEL_HD); integer and constexpr but
+//   StochasticRoundToBF16Bits (a float's bits). MakeSrKey is host-side (SplitMix64, once per
+//   run of 2^32 indices). Thread-safe, no state.
 // - The random 16 bits of state `state_index` of shard element `index` are half of
 //   SrHash(MakeSrKey(seed, step, index >> 32), uint32(index)): the high half for state 0, the
 //   low half for state 1.

@@ -1,6 +1,6 @@
-// Internal to zs_optimizers: the Highway-vectorized update of one contiguous range with fp32 or
-// bf16 states and one weight decay, the leaf that CpuOptimizer (cpu_optimizer.cc) calls per tile and
-// per weight-decay segment.
+// Internal to zs_optimizers: the Highway-vectorized update of one contiguous range with fp32,
+// bf16 or int8 states and one weight decay, the leaf that CpuOptimizer (cpu_optimizer.cc) calls per
+// tile and per weight-decay segment.
 //
 // Contract
 // - RunOptimizerKernel updates args.n elements in place. Every element's result depends only on

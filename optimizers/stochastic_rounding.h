@@ -1,6 +1,7 @@
 // Stochastic rounding of fp32 to bf16: the random bits, shared by the state codecs
-// (state_codec.cc) and the fused optimizer kernels (optimizer_kernels.cc), so both round a state
-// element the same way.
+// (state_codec.cc), the fused CPU optimizer kernels (optimizer_kernels.cc) and the CUDA fused
+// optimizer (through kernels/stochastic_rounding_bits.h), so all round a state element the same
+// way.
 //
 // [Note: stochastic rounding bits] The random 16 bits for state `state_index` of shard element
 // `index` are half of one 32-bit hash of the element:

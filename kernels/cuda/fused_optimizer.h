@@ -7,18 +7,20 @@
 // Contract
 // - Leaves: device pointers, element counts, a caller-owned device workspace and a stream; no
 //   runtime headers, no allocation.
-// - Bit-identical to FusedOptimizerStepReference (kernels/fused_optimizer_reference.h), which
-//   runs the same element functions (kernels/optimizer_element.h) on the CPU and equals the SIMD
-//   CPU optimizer bit for bit: this file is compiled with --fmad=false, and divisions and
-//   square roots are IEEE-rounded (nvcc's defaults, no --use_fast_math). A checkpoint or an
-//   offloaded step may therefore move a shard between the GPU and the CPU without changing a
-//   bit of its trajectory.
+// - Written to be bit-identical to FusedOptimizerStepReference (kernels/
+//   fused_optimizer_reference.h), which runs the same element functions
+//   (kernels/optimizer_element.h) on the CPU and equals the SIMD CPU optimizer bit for bit, NaN
+//   payloads aside (the GPU returns one canonical NaN where x86 keeps an operand's):
+//   fused_optimizer.cu is compiled with --fmad=false, and divisions and square roots are
+//   IEEE-rounded (nvcc's defaults, no --use_fast_math). kernels_cuda_optimizer_test checks it
+//   on a GPU (none has been lent yet). A checkpoint or an offloaded step can therefore move a
+//   shard between the GPU and the CPU without changing a bit of its trajectory.
 // - Tensors must not overlap one another (a tensor's arrays must not overlap either); any
 //   alignment is accepted (fp32 and bf16 states: arrays 16-byte aligned at a common element
 //   take the vector path from there, others a scalar one; int8 states: one warp per block, lane
 //   l taking elements l, l + 32, ..., so loads coalesce whatever the alignment). Arrays must be
-//   aligned to their element size. Any GPU the toolkit targets (int8 block maxima by
-//   __reduce_max_sync on sm_80 and up, by shuffles below).
+//   aligned to their element size. sm_70 and up (__grid_constant__); int8 block maxima by
+//   __reduce_max_sync on sm_80 and up, by shuffles on sm_70-75 (CI builds sm_90 only).
 // - [Note: multi-tensor launch] The host splits every tensor into chunks of
 //   kFusedOptimizerChunk elements (after a short scalar head that aligns the vector loads; int8
 //   tensors have none, so chunks start on blocks) and builds a table of the tensors with their

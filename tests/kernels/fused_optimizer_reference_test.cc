@@ -2,15 +2,18 @@
 // the element functions of the CUDA kernel (kernels/optimizer_element.h), against the SIMD CPU
 // optimizer (optimizers/cpu_optimizer.h): bit for bit, for every kind, state type (fp32, bf16
 // with stochastic rounding, int8 blocks), gradient type and param_out type, over several steps
-// on shards whose sizes no vector width divides, with two weight-decay segments. The CPU
+// on shards whose sizes no vector width divides, with two weight-decay segments and blocks of
+// edge cases (zero, subnormal-scale and NaN int8 blocks; NaN matches NaN). The CPU
 // optimizer is itself checked against float64 references (tests/optimizers), and the GPU
 // kernel against this reference (cuda_optimizer_test), so the three agree. Runs everywhere.
 #include "kernels/fused_optimizer_reference.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -55,6 +58,14 @@ struct Shard {
 
 bool IsSecondMoment(OptimizerKind kind, int s) { return Int8StoresRoot(kind, s); }
 
+// Random values, with edge cases in blocks 1 and 2 (of kQuantBlock) when n covers them: block
+// 1 has zero gradients and states of 3e-39 (a subnormal: int8 scales of ~2e-41, whose
+// reciprocal overflows, so codes take the division path), block 2 zero gradients and zero
+// states (an int8 block of scale 0); element 100 gets a NaN gradient (a NaN block).
+constexpr size_t kTinyBlock = 1, kZeroBlock = 2, kNaNElement = 100;
+
+bool InBlock(size_t i, size_t block) { return i / kQuantBlock == block; }
+
 Shard MakeShard(const Case& c, StateDType st, DType gt, size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
@@ -64,13 +75,19 @@ Shard MakeShard(const Case& c, StateDType st, DType gt, size_t n, uint32_t seed)
   for (float& w : s.master) w = uni(rng);
   std::vector<float> g(n);
   for (float& x : g) x = normal(rng) * 0.5f;
+  for (size_t i = 0; i < n; ++i) {
+    if (InBlock(i, kTinyBlock) || InBlock(i, kZeroBlock)) g[i] = 0.0f;
+  }
+  if (n > kNaNElement) g[kNaNElement] = std::numeric_limits<float>::quiet_NaN();
   s.grad.resize(n * DTypeSize(gt));
   ConvertFromFloat(g.data(), s.grad.data(), gt, n);
   for (int k = 0; k < 2; ++k) {
     std::vector<float> values(n);
-    for (float& v : values) {
+    for (size_t i = 0; i < n; ++i) {
       // Second moments are >= 0 (int8 holds their roots, also >= 0).
-      v = IsSecondMoment(c.kind, k) ? 0.01f * (uni(rng) + 1.0f) : 0.1f * uni(rng);
+      values[i] = IsSecondMoment(c.kind, k) ? 0.01f * (uni(rng) + 1.0f) : 0.1f * uni(rng);
+      if (InBlock(i, kTinyBlock)) values[i] = 3e-39f;
+      if (InBlock(i, kZeroBlock)) values[i] = 0.0f;
     }
     s.state[k].resize(n * StateCodeBytes(st));
     s.scales[k].assign((n + kQuantBlock - 1) / kQuantBlock, 0.0f);
@@ -109,10 +126,23 @@ long FirstDifference(const void* a, const void* b, size_t bytes) {
   return -1;
 }
 
-void ExpectSameBytes(const std::string& what, const void* a, const void* b, size_t bytes,
-                     size_t elem_bytes) {
-  const long at = FirstDifference(a, b, bytes);
-  EXPECT_EQ(at, -1) << what << ": first difference at element " << at / long(elem_bytes);
+// NaN in each element format (NaN payloads and signs may differ: an operation on NaN keeps one
+// operand's, and the two sides may order commutative operands differently).
+bool IsNaN(float x) { return std::isnan(x); }
+bool IsNaN16(uint16_t h, bool bf16) { return (h & 0x7fffu) > (bf16 ? 0x7f80u : 0x7c00u); }
+
+// Elements [0, n) of two arrays of T are equal, or both NaN; `skip(i)` leaves element i out.
+template <typename T, typename NaN, typename Skip>
+void ExpectSame(const std::string& what, const void* a, const void* b, size_t n, NaN is_nan,
+                Skip skip) {
+  for (size_t i = 0; i < n; ++i) {
+    T x, y;
+    std::memcpy(&x, static_cast<const char*>(a) + i * sizeof(T), sizeof(T));
+    std::memcpy(&y, static_cast<const char*>(b) + i * sizeof(T), sizeof(T));
+    if (skip(i) || std::memcmp(&x, &y, sizeof(T)) == 0 || (is_nan(x) && is_nan(y))) continue;
+    ADD_FAILURE() << what << ": first difference at element " << i;
+    return;
+  }
 }
 
 // Steps one shard of n elements (segments [0, split) with weight decay 0.1 and [split, n)
@@ -178,14 +208,30 @@ void CompareWithCpuOptimizer(const Case& c, StateDType st, DType gt, DType pt, s
     ASSERT_TRUE(FusedOptimizerStepReference(ToFused(h, st, gt, pt, grad_scale, seed), tensors, 2));
 
     SCOPED_TRACE("step " + std::to_string(step));
-    ExpectSameBytes("master", cpu.master.data(), ref.master.data(), n * 4, 4);
-    ExpectSameBytes("param_out", cpu.param_out.data(), ref.param_out.data(), n * 2, 2);
+    const auto none = [](size_t) { return false; };
+    ExpectSame<float>("master", cpu.master.data(), ref.master.data(), n, IsNaN, none);
+    const bool out_bf16 = pt == DType::kBF16;
+    ExpectSame<uint16_t>(
+        "param_out", cpu.param_out.data(), ref.param_out.data(), n,
+        [&](uint16_t h) { return IsNaN16(h, out_bf16); }, none);
     for (int k = 0; k < num_states; ++k) {
-      ExpectSameBytes("state" + std::to_string(k), cpu.state[k].data(), ref.state[k].data(),
-                      n * StateCodeBytes(st), StateCodeBytes(st));
-      if (st == StateDType::kInt8) {
-        ExpectSameBytes("scales" + std::to_string(k), cpu.scales[k].data(), ref.scales[k].data(),
-                        cpu.scales[k].size() * 4, 4);
+      const std::string name = "state" + std::to_string(k);
+      const void* got = cpu.state[k].data();
+      const void* want = ref.state[k].data();
+      if (st == StateDType::kF32) {
+        ExpectSame<float>(name, got, want, n, IsNaN, none);
+      } else if (st == StateDType::kBF16) {
+        ExpectSame<uint16_t>(
+            name, got, want, n, [](uint16_t h) { return IsNaN16(h, true); }, none);
+      } else {
+        // The codes of a non-finite block are unspecified ([Note: int8 quantization]: they
+        // decode to no useful value, and x86 and Arm clamp NaN differently).
+        const std::vector<float>& scales = cpu.scales[k];
+        ExpectSame<int8_t>(
+            name, got, want, n, [](int8_t) { return false; },
+            [&](size_t i) { return !std::isfinite(scales[i / kQuantBlock]); });
+        ExpectSame<float>(name + " scales", cpu.scales[k].data(), ref.scales[k].data(),
+                          cpu.scales[k].size(), IsNaN, none);
       }
     }
     if (testing::Test::HasFailure()) return;
