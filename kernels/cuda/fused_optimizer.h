@@ -34,7 +34,7 @@
 //   with float4 / 8 x 16-bit loads (int8: warps over its blocks).
 // - LaunchFusedOptimizer only enqueues work on `stream` and returns at once with the launch
 //   error; cudaErrorInvalidValue (nothing launched) for what FusedOptimizerArgsError refuses
-//   and for a workspace too small. An empty list or all-empty tensors launch nothing and
+//   (call it for the reason, in words) and for a workspace too small. An empty list or all-empty tensors launch nothing and
 //   return cudaSuccess.
 // - Thread-safe for distinct workspaces (no global state).
 #pragma once
