@@ -120,7 +120,7 @@ double StepBytesPerParam(FusedStateType st) {
 std::vector<FusedOptimizerTensor> SplitIntoTensors(const Buffers& b, size_t count,
                                                    FusedStateType st) {
   std::vector<FusedOptimizerTensor> tensors(count);
-  const size_t state_bytes = st == FusedStateType::kF32 ? 4 : st == FusedStateType::kBF16 ? 2 : 1;
+  const size_t state_bytes = FusedStateElementBytes(st);
   const size_t per = (b.n / count) / kFusedQuantBlock * kFusedQuantBlock;
   for (size_t t = 0; t < count; ++t) {
     const size_t off = t * per;

@@ -74,6 +74,11 @@ struct FusedOptimizerHyper {
   uint64_t seed = 0;  // kBF16 states: the rounding stream (ShardStep::seed)
 };
 
+// Bytes of one state element (int8: the code; block scales apart).
+inline constexpr size_t FusedStateElementBytes(FusedStateType t) {
+  return t == FusedStateType::kF32 ? 4 : t == FusedStateType::kBF16 ? 2 : 1;
+}
+
 // Whether the kind keeps state0 / state1 (SGD keeps state0 only with momentum).
 inline bool FusedNeedsState0(const FusedOptimizerHyper& h) {
   return h.kind != FusedOptimizerKind::kSgd || h.beta1 != 0.0f;

@@ -368,7 +368,7 @@ int AlignedHead(const FusedOptimizerHyper& h, const FusedOptimizerTensor& t) {
     size_t elem_bytes;
   };
   const size_t grad_bytes = h.grad_type == FusedGradType::kF32 ? 4 : 2;
-  const size_t state_bytes = h.state_type == FusedStateType::kF32 ? 4 : 2;
+  const size_t state_bytes = FusedStateElementBytes(h.state_type);  // int8 takes no vectors
   Array arrays[5];
   int count = 0;
   arrays[count++] = {t.master, 4};

@@ -161,11 +161,6 @@ ElementRef Reference(const FusedOptimizerHyper& h, float wd_f, float w_f, float 
   return r;
 }
 
-bool NeedsState0(const Case& c) { return c.kind != FusedOptimizerKind::kSgd || c.beta1 != 0.0f; }
-bool NeedsState1(const Case& c) {
-  return c.kind == FusedOptimizerKind::kAdamW || c.kind == FusedOptimizerKind::kAdam;
-}
-
 uint16_t StoreHalf(float v, bool bf16) { return bf16 ? FloatToBF16Bits(v) : FloatToF16Bits(v); }
 float LoadHalf(uint16_t v, bool bf16) { return bf16 ? BF16BitsToFloat(v) : F16BitsToFloat(v); }
 
@@ -270,8 +265,8 @@ void RunAndCheck(const Case& c, const std::vector<size_t>& sizes, uint32_t seed,
       wds[t] = t % 4 == 3 ? 0.0f : 0.05f * float(1 + t % 3);
       FusedOptimizerTensor& x = tensors[t];
       x.master = m + off;
-      x.state0 = NeedsState0(c) ? st0 + off : nullptr;
-      x.state1 = NeedsState1(c) ? st1 + off : nullptr;
+      x.state0 = FusedNeedsState0(h) ? st0 + off : nullptr;
+      x.state1 = FusedNeedsState1(h) ? st1 + off : nullptr;
       x.grad = grad16 ? static_cast<const void*>(g16 + goff) : static_cast<const void*>(g32 + goff);
       const bool with_param = t % 5 != 4;
       x.param_out = with_param ? par + off : nullptr;
@@ -331,8 +326,8 @@ void RunAndCheck(const Case& c, const std::vector<size_t>& sizes, uint32_t seed,
       const float g = grad16 ? LoadHalf(grad16v[goff + i], grad_bf16) : grad32[goff + i];
       const ElementRef r = Reference(h, wds[t], master[k], s0[k], s1[k], g);
       check("master", t, i, out_master[k], r.w, r.sign_ambiguous ? 2.0 * h.lr : 0.0);
-      if (NeedsState0(c)) check("state0", t, i, out_s0[k], r.s0, 0.0);
-      if (NeedsState1(c)) check("state1", t, i, out_s1[k], r.s1, 0.0);
+      if (FusedNeedsState0(h)) check("state0", t, i, out_s0[k], r.s0, 0.0);
+      if (FusedNeedsState1(h)) check("state1", t, i, out_s1[k], r.s1, 0.0);
       if (in_param[k] && out_param[k] != StoreHalf(out_master[k], param_bf16)) {
         fail.Add("param_out tensor " + std::to_string(t) + " element " + std::to_string(i) +
                  " is not the rounded new master");
@@ -344,10 +339,10 @@ void RunAndCheck(const Case& c, const std::vector<size_t>& sizes, uint32_t seed,
     auto same = [](float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; };
     if (!in_tensor[k] && !same(out_master[k], master[k]))
       fail.Add("guard master " + std::to_string(k));
-    if ((!in_tensor[k] || !NeedsState0(c)) && !same(out_s0[k], s0[k])) {
+    if ((!in_tensor[k] || !FusedNeedsState0(h)) && !same(out_s0[k], s0[k])) {
       fail.Add("guard state0 " + std::to_string(k));
     }
-    if ((!in_tensor[k] || !NeedsState1(c)) && !same(out_s1[k], s1[k])) {
+    if ((!in_tensor[k] || !FusedNeedsState1(h)) && !same(out_s1[k], s1[k])) {
       fail.Add("guard state1 " + std::to_string(k));
     }
     if (!in_param[k] && out_param[k] != param[k]) fail.Add("guard param " + std::to_string(k));
@@ -397,7 +392,7 @@ struct StateBuffers {
 StateBuffers MakeStates(const Case& c, FusedStateType st, const Layout& layout,
                         const std::vector<size_t>& sizes, Uniform& rnd) {
   StateBuffers b;
-  const size_t bytes = st == FusedStateType::kF32 ? 4 : st == FusedStateType::kBF16 ? 2 : 1;
+  const size_t bytes = FusedStateElementBytes(st);
   b.s0.resize(layout.total * bytes);
   b.s1.resize(layout.total * bytes);
   const bool s0_positive = c.kind == FusedOptimizerKind::kAdagrad;
@@ -455,7 +450,7 @@ void CompareGpuWithReference(const Case& c, FusedStateType st, const std::vector
         c.grad_type == FusedGradType::kF16 ? FloatToF16Bits(grad32[i]) : FloatToBF16Bits(grad32[i]);
   }
   StateBuffers init = MakeStates(c, st, layout, sizes, rnd);
-  const size_t state_bytes = st == FusedStateType::kF32 ? 4 : st == FusedStateType::kBF16 ? 2 : 1;
+  const size_t state_bytes = FusedStateElementBytes(st);
   // Edge cases in tensor 7's first three blocks (of 256): block 0 all zero (gradients and
   // states: an int8 block of scale 0), block 1 zero gradients and tiny states (int8 scales of
   // 1e-39, a subnormal: the division path), block 2 one NaN gradient (a NaN block).
@@ -491,8 +486,8 @@ void CompareGpuWithReference(const Case& c, FusedStateType st, const std::vector
       const size_t off = layout.offset[t], goff = layout.grad_offset[t];
       FusedOptimizerTensor& x = tensors[t];
       x.master = m + off;
-      x.state0 = NeedsState0(c) ? st0 + off * state_bytes : nullptr;
-      x.state1 = NeedsState1(c) ? st1 + off * state_bytes : nullptr;
+      x.state0 = FusedNeedsState0(h) ? st0 + off * state_bytes : nullptr;
+      x.state1 = FusedNeedsState1(h) ? st1 + off * state_bytes : nullptr;
       x.state0_scales = sc0 + init.scale_offset[t];
       x.state1_scales = sc1 + init.scale_offset[t];
       x.grad = c.grad_type == FusedGradType::kF32 ? static_cast<const void*>(g32 + goff)
