@@ -279,6 +279,7 @@ void CheckShard(const OptimizerHyper& h, const ShardStep& s, int num_states) {
            "cache_resident_bytes = {}: expected {} (auto) or a size in bytes",
            s.cache_resident_bytes, kAutoCacheResident);
   ZS_CHECK(h.step >= 1, "optimizer step {} (counted from 1)", h.step);
+  ZS_CHECK(s.index_base >= 0, "index_base {}: expected >= 0", s.index_base);
   if (s.n == 0) return;
   ZS_CHECK(s.master != nullptr && s.grad != nullptr, "shard of {} elements without master/grad",
            s.n);
@@ -364,9 +365,19 @@ void CpuOptimizer::Step(const OptimizerHyper& hyper, const ShardStep& shard) {
   auto run_pieces = [&](int64_t begin, int64_t end, const RunStates& states) {
     const size_t state_size = StateCodeBytes(states.dtype);
     auto seg = segment_of(begin);
-    for (int64_t pos = begin; pos < end; ++seg) {
-      const int64_t piece_end = std::min(end, seg->end);
-      if (piece_end <= pos) continue;  // empty segment
+    for (int64_t pos = begin; pos < end;) {
+      int64_t piece_end = std::min(end, seg->end);
+      if (piece_end <= pos) {  // empty segment
+        ++seg;
+        continue;
+      }
+      if (states.dtype == StateDType::kBF16) {
+        // A kernel range keys its rounding by the high half of the stream index, so it never
+        // crosses a multiple of 2^32 (with index_base 0, tile_elements divides 2^32 and no
+        // tile does; a shard stepped in pieces may start anywhere).
+        const int64_t index = shard.index_base + pos;
+        piece_end = std::min(piece_end, ((index >> 32) + 1) * (int64_t{1} << 32) - shard.index_base);
+      }
       const size_t skip = static_cast<size_t>(pos - begin);
       ZS_DCHECK(states.dtype != StateDType::kInt8 || (skip == 0 && piece_end == end),
                 "an int8 run [{}, {}) crosses a weight-decay segment boundary at {}", begin, end,
@@ -385,9 +396,9 @@ void CpuOptimizer::Step(const OptimizerHyper& hyper, const ShardStep& shard) {
       r.scale1 = states.scale[1];
       r.second_moment_as_root = states.as_root;
       if (states.dtype == StateDType::kBF16) {
-        // Tiles never straddle a 2^32 index boundary (tile_elements divides 2^32).
-        r.index_lo = static_cast<uint32_t>(pos);
-        r.sr_key = sr::MakeSrKey(shard.seed, hyper.step, static_cast<uint32_t>(pos >> 32));
+        const int64_t index = shard.index_base + pos;
+        r.index_lo = static_cast<uint32_t>(index);
+        r.sr_key = sr::MakeSrKey(shard.seed, hyper.step, static_cast<uint32_t>(index >> 32));
       }
       r.grad = static_cast<const uint8_t*>(shard.grad) + pos * grad_size;
       r.grad_dtype = shard.grad_dtype;
@@ -401,6 +412,7 @@ void CpuOptimizer::Step(const OptimizerHyper& hyper, const ShardStep& shard) {
       r.weight_decay = seg->weight_decay;
       internal::RunOptimizerKernel(consts[size_t(seg->group)], r);
       pos = piece_end;
+      if (pos == seg->end) ++seg;
     }
   };
 

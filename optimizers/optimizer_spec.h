@@ -31,9 +31,9 @@
 //   bytes each holds.
 // - [Note: bit-identical splits] Every element's update depends only on that element's inputs,
 //   the hyper-parameters, the step and (for stochastic rounding) a counter-based random value
-//   keyed by (seed, step, state index, shard element index). Int8 blocks are requantized as a
-//   whole, so tiles handed to threads start at multiples of kQuantBlock. Hence results are
-//   bit-identical whatever the thread count or tile split.
+//   keyed by (seed, step, state index, index_base + shard element index). Int8 blocks are
+//   requantized as a whole, so tiles handed to threads start at multiples of kQuantBlock.
+//   Hence results are bit-identical whatever the thread count or tile split.
 // - Weight decay comes from the parameters' specs as segments: ShardStep::segments cover
 //   [0, n) in order, each with its own weight-decay factor (0 where the spec says no decay and
 //   in padding). The kernels never infer it.
@@ -214,6 +214,11 @@ struct ShardStep {
   std::span<const ShardSegment> segments;  // cover [0, n) in order
   std::span<const GroupHyper> groups;      // empty: one group, OptimizerHyper's values
   uint64_t seed = 0;                       // stochastic rounding stream (bf16 states)
+  // Where element 0 lies in the stochastic-rounding stream (>= 0): a range [k, k + n) of a
+  // larger shard, stepped alone with index_base = k and that shard's seed, gets the bits the
+  // whole shard's step gives it ([Note: bit-identical splits]; with int8 states k must be a
+  // multiple of kQuantBlock; offload steps a shard in sub-groups this way).
+  int64_t index_base = 0;
 };
 
 }  // namespace zs

@@ -321,22 +321,44 @@ std::vector<KeyDecl> OffloadKeys(const std::string& section, bool is_param) {
        {"cpu", OffloadDevice::kCpu},
        {"nvme", OffloadDevice::kNvme}},
       false,
-      fmt::format("where {} are offloaded; only none is implemented in this version", what)));
+      is_param ? std::string("stage 3: where parameter shards live between uses (cpu: host "
+                             "memory; nvme: not implemented yet)")
+               : std::string("stages 1-3: where the fp32 master and optimizer states live and are "
+                             "stepped (cpu: host memory, CPU kernels; nvme: files under nvme_path, "
+                             "stepped by sub_group_size)")));
   keys.push_back(StringKey(
       section + ".nvme_path", [offload](EngineConfig & c) -> auto& { return offload(c).nvme_path; },
       "a directory; required when device is nvme", "directory for nvme offload files"));
   keys.push_back(BoolKey(
       section + ".pin_memory",
       [offload](EngineConfig & c) -> auto& { return offload(c).pin_memory; },
-      "offload into page-locked host memory"));
+      "page-locked host memory for the offloaded arrays and staging buffers (checked against "
+      "ulimit -l)"));
   keys.push_back(IntKey(
       section + ".buffer_count",
       [offload](EngineConfig & c) -> auto& { return offload(c).buffer_count; }, 1, kNoMax,
-      "number of staging buffers for offload transfers"));
+      is_param ? "nvme: parameter staging buffers"
+               : "nvme: sub-groups held in memory at once (staging buffers; at least 2)"));
   keys.push_back(SizeKey(
       section + ".buffer_size",
       [offload](EngineConfig & c) -> auto& { return offload(c).buffer_size; }, 1,
-      "elements per offload staging buffer"));
+      is_param ? "nvme: elements per parameter staging buffer"
+               : "no effect (not a DeepSpeed key here: a staging buffer holds one sub-group)"));
+  if (is_param) {
+    keys.push_back(SizeKey(
+        section + ".max_in_cpu",
+        [offload](EngineConfig & c) -> auto& { return offload(c).max_in_cpu; }, 0,
+        "nvme: parameter elements kept in host memory"));
+  } else {
+    keys.push_back(BoolKey(
+        section + ".pipeline_read",
+        [offload](EngineConfig & c) -> auto& { return offload(c).pipeline_read; },
+        "nvme: read the next sub-groups while one is stepped"));
+    keys.push_back(BoolKey(
+        section + ".pipeline_write",
+        [offload](EngineConfig & c) -> auto& { return offload(c).pipeline_write; },
+        "nvme: write a stepped sub-group back while the next is stepped"));
+  }
   return keys;
 }
 
@@ -390,6 +412,10 @@ const std::vector<KeyDecl>& Keys() {
     k->push_back(SizeKey("zero_optimization.stage3_param_persistence_threshold",
                          ZS_FIELD(zero_optimization.stage3_param_persistence_threshold), 0,
                          "stage 3: units with fewer elements stay gathered"));
+    k->push_back(SizeKey("zero_optimization.sub_group_size",
+                         ZS_FIELD(zero_optimization.sub_group_size), 1,
+                         "offload_optimizer: optimizer elements stepped at once (rounded down to "
+                         "a multiple of 65536, at least 65536); no effect without offload"));
     for (KeyDecl& key : OffloadKeys("zero_optimization.offload_optimizer", false)) {
       k->push_back(std::move(key));
     }
@@ -584,15 +610,36 @@ Status ReadSection(const Json& object, const std::string& path, const std::strin
   return OkStatus();
 }
 
-Status CheckOffload(const OffloadConfig& offload, const std::string& section) {
+std::string_view OffloadDeviceName(OffloadDevice d) {
+  return d == OffloadDevice::kNone ? "none" : d == OffloadDevice::kCpu ? "cpu" : "nvme";
+}
+
+Status CheckOffload(const OffloadConfig& offload, const std::string& section, bool is_param,
+                    int stage) {
+  if (offload.device == OffloadDevice::kNone) return OkStatus();
   if (offload.device == OffloadDevice::kNvme && offload.nvme_path.empty()) {
     return InvalidArgumentError(
         fmt::format("{}.nvme_path: required when {}.device is \"nvme\"", section, section));
   }
-  if (offload.device != OffloadDevice::kNone) {
+  const int min_stage = is_param ? 3 : 1;
+  if (stage < min_stage) {
+    return InvalidArgumentError(fmt::format(
+        "{}.device: \"{}\" needs zero_optimization.stage {} (stage is {}): {}", section,
+        OffloadDeviceName(offload.device), is_param ? "3" : "1, 2 or 3", stage,
+        is_param ? "only stage 3 shards the parameters"
+                 : "offload moves the optimizer's shard, and stage 0 has none"));
+  }
+  if (is_param && offload.device == OffloadDevice::kNvme) {
     return UnimplementedError(fmt::format(
-        "{}.device: \"{}\" is not implemented yet in this version of zerostack; allowed: none",
-        section, offload.device == OffloadDevice::kCpu ? "cpu" : "nvme"));
+        "{}.device: \"nvme\" is not implemented yet (parameter shards on NVMe); allowed: none, "
+        "cpu",
+        section));
+  }
+  if (!is_param && offload.device == OffloadDevice::kNvme && offload.buffer_count < 2) {
+    return InvalidArgumentError(fmt::format(
+        "{}.buffer_count: {}; allowed: >= 2 with device \"nvme\" (one sub-group stepped, one "
+        "written back)",
+        section, offload.buffer_count));
   }
   return OkStatus();
 }
@@ -603,10 +650,11 @@ Status CheckCombinations(const EngineConfig& c) {
     return InvalidArgumentError(
         "fp16.enabled and bf16.enabled are both true; enable at most one of them");
   }
-  ZS_RETURN_IF_ERROR(
-      CheckOffload(c.zero_optimization.offload_optimizer, "zero_optimization.offload_optimizer"));
-  ZS_RETURN_IF_ERROR(
-      CheckOffload(c.zero_optimization.offload_param, "zero_optimization.offload_param"));
+  const int stage = c.zero_optimization.stage;
+  ZS_RETURN_IF_ERROR(CheckOffload(c.zero_optimization.offload_optimizer,
+                                  "zero_optimization.offload_optimizer", false, stage));
+  ZS_RETURN_IF_ERROR(CheckOffload(c.zero_optimization.offload_param,
+                                  "zero_optimization.offload_param", true, stage));
   const SchedulerConfig& s = c.scheduler;
   if (s.type != SchedulerType::kNone && s.warmup_min_lr > s.warmup_max_lr) {
     return InvalidArgumentError(fmt::format(

@@ -7,9 +7,9 @@
 // - Errors are InvalidArgument and name the key by its full path ("zero_optimization.stage"),
 //   the bad value and what is allowed: an unknown key (with the closest known key, if any), a
 //   value of the wrong JSON type, a value out of range, an enum value not in its list, and
-//   combinations that cannot work (fp16 and bf16 both enabled; an offload device that is not
-//   implemented yet). Nothing is silently ignored or downgraded. An offload device other than
-//   "none" is Unimplemented (the only non-InvalidArgument code). Malformed JSON names the line
+//   combinations that cannot work (fp16 and bf16 both enabled; offload at a stage that has no
+//   such shard). Nothing is silently ignored or downgraded. offload_param.device "nvme" is
+//   Unimplemented (the only non-InvalidArgument code). Malformed JSON names the line
 //   and column; a key given twice in one object is an error too.
 // - DeepSpeed's "bfloat16" section is accepted as an alias of "bf16" (not both at once). A few
 //   DeepSpeed keys that only affect logging are accepted and have no effect (listed in
@@ -35,12 +35,16 @@ namespace zs {
 
 enum class OffloadDevice { kNone, kCpu, kNvme };
 
+// zero_optimization.offload_optimizer and .offload_param (offload/, docs/CONFIG.md).
 struct OffloadConfig {
   OffloadDevice device = OffloadDevice::kNone;  // "none" | "cpu" | "nvme"
   std::string nvme_path;                        // required when device is nvme
   bool pin_memory = false;
-  int64_t buffer_count = 5;
+  int64_t buffer_count = 5;           // NVMe staging buffers (optimizer: 4, as DeepSpeed)
   int64_t buffer_size = 100'000'000;  // elements (offload_param only in DeepSpeed)
+  bool pipeline_read = false;   // optimizer, nvme: read the next sub-group while stepping one
+  bool pipeline_write = false;  // optimizer, nvme: write a sub-group back while stepping the next
+  int64_t max_in_cpu = 1'000'000'000;  // param, nvme: parameter elements kept in host memory
 
   bool operator==(const OffloadConfig&) const = default;
 };
@@ -56,7 +60,10 @@ struct ZeroConfig {
   int64_t stage3_max_live_parameters = 1'000'000'000;    // gathered elements held at once
   int64_t stage3_max_reuse_distance = 1'000'000'000;     // keep a released unit if reused within
   int64_t stage3_param_persistence_threshold = 100'000;  // units this small stay gathered
-  OffloadConfig offload_optimizer;
+  // Elements of a rank's optimizer range stepped at once under offload (a unit larger than this
+  // is stepped in sub-groups); without offload units are stepped whole.
+  int64_t sub_group_size = 1'000'000'000;
+  OffloadConfig offload_optimizer{.buffer_count = 4};
   OffloadConfig offload_param;
 
   bool operator==(const ZeroConfig&) const = default;

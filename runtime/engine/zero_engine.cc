@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <deque>
@@ -12,6 +13,8 @@
 #include <set>
 #include <string>
 
+#include "offload/shard_store.h"
+#include "offload/tile_copy_pipeline.h"
 #include "optimizers/cpu_optimizer.h"
 #include "optimizers/optimizer_spec.h"
 #include "optimizers/state_codec.h"
@@ -39,13 +42,15 @@ struct UnitState {
   explicit UnitState(ShardLayout l) : layout(std::move(l)) {}
 
   ShardLayout layout;
-  DeviceBuffer params;  // stages 0-2: padded unit; stage 3: this rank's shard (compute dtype)
-  DeviceBuffer grads;   // stages 0-1: padded unit; stages 2-3: shard (compute dtype)
-  DeviceBuffer master;  // fp32, over the optimizer range
-  // Optimizer states over the optimizer range, created at the first Step (optimizer_spec.h,
-  // [Note: state layout]); int8 states keep their block scales apart.
-  DeviceBuffer state[2];
-  DeviceBuffer state_scale[2];
+  // Stages 0-2: padded unit; stage 3: this rank's shard (compute dtype). Device memory, or host
+  // memory under offload_param.
+  DeviceBuffer params;
+  // Stages 0-1: padded unit; stages 2-3: shard (compute dtype). Device memory, or host memory
+  // at stages 2-3 under offload_optimizer (the reducer's output leaves the device at once).
+  DeviceBuffer grads;
+  // The fp32 master and optimizer states over the optimizer range live in the engine's
+  // ShardStore, one slot per optimizer tile ([Note: optimizer tiles]).
+  std::vector<int> tiles;
   std::vector<ShardSegment> segments;  // cover the optimizer range, shard-relative
   int64_t opt_begin = 0;  // the optimizer range in the unit frame: [opt_begin, +opt_size)
   int64_t opt_size = 0;
@@ -62,6 +67,34 @@ struct UnitState {
   DeviceBuffer grad_staging;   // fp32 padded unit gradient while in backward
   int64_t reduced = 0;         // micro-batches reduced since the last Step
 };
+
+// [Note: optimizer tiles] A rank's optimizer range of a unit is stepped in tiles: the whole
+// range, or under offload_optimizer sub-groups of sub_group_size elements (rounded down to a
+// multiple of kSubGroupQuantum) starting at multiples of it, so that every tile starts on an int8
+// block and steps with index_base = its offset in the range: the same bits as one step of the
+// whole range (optimizer_spec.h, [Note: bit-identical splits]). Each tile is one ShardStore slot
+// holding the tile's arrays, in this order:
+enum TileArray { kMaster = 0, kState0, kState1, kScale0, kScale1, kNumTileArrays };
+constexpr int64_t kSubGroupQuantum = 65536;
+
+struct OptimizerTile {
+  int unit = 0;
+  int64_t begin = 0;  // [begin, end) within the unit's optimizer range
+  int64_t end = 0;
+  std::vector<ShardSegment> segments;  // the unit's, clipped to the tile and rebased
+  int64_t size() const { return end - begin; }
+};
+
+// Clips `segments` (covering a range) to [begin, end) and rebases them to begin.
+std::vector<ShardSegment> ClipSegments(const std::vector<ShardSegment>& segments, int64_t begin,
+                                       int64_t end) {
+  std::vector<ShardSegment> out;
+  for (const ShardSegment& seg : segments) {
+    const int64_t b = std::max(seg.begin, begin), e = std::min(seg.end, end);
+    if (b < e) out.push_back({b - begin, e - begin, seg.weight_decay, seg.group});
+  }
+  return out;
+}
 
 uint64_t Fnv1a(uint64_t h, const void* data, size_t bytes) {
   const auto* p = static_cast<const unsigned char*>(data);
@@ -101,7 +134,17 @@ class ZeroEngine::Impl {
   StatusOr<std::vector<double>> AllGatherDouble(double local);
   StatusOr<std::vector<float>> GatherMasterUnit(int unit);
   Status AllGatherUpdatedParams();
-  Status CreateOptimizerStates(int unit);
+  // Lays out the optimizer tiles and creates the ShardStore and the copy pipeline.
+  Status CreateOptimizerStore();
+  // Writes a unit's initial master values (over its optimizer range) and initial states.
+  Status InitOptimizerTiles(int unit, const std::vector<float>& master);
+  // Steps every tile: acquire, step, release.
+  Status StepTiles(const OptimizerHyper& hyper, float grad_scale);
+  OffloadDevice optimizer_offload() const {
+    return config_.zero_optimization.offload_optimizer.device;
+  }
+  MemoryTier GradTier() const;
+  MemoryTier ParamTier() const;
   OptimizerHyper Hyper(double lr) const;
   int GroupIndex(const ParamSpec& param) const;
   Status CheckParamGroups() const;
@@ -123,20 +166,23 @@ class ZeroEngine::Impl {
   std::unique_ptr<Communicator> gather_comm_;
   std::unique_ptr<Communicator> reduce_comm_;
   std::vector<UnitState> units_;
+  std::vector<OptimizerTile> tiles_;
+  std::unique_ptr<ShardStore> states_;
+  std::unique_ptr<TileCopyPipeline> copies_;
   std::unique_ptr<GradientReducer> reducer_;
   std::unique_ptr<GatherCoordinator> gatherer_;  // stage 3 only
 
  private:
   int stage() const { return config_.zero_optimization.stage; }
   StatusOr<DeviceBuffer> Alloc(int64_t elements, DType type, MemoryCategory category,
-                               const std::string& what, int unit);
+                               const std::string& what, int unit, MemoryTier tier = kTier);
   Status CheckUnit(int unit) const;
 };
 
 StatusOr<DeviceBuffer> ZeroEngine::Impl::Alloc(int64_t elements, DType type,
                                                MemoryCategory category, const std::string& what,
-                                               int unit) {
-  auto buffer = device_.Allocate(size_t(elements) * DTypeSize(type), kTier, category);
+                                               int unit, MemoryTier tier) {
+  auto buffer = device_.Allocate(size_t(elements) * DTypeSize(type), tier, category);
   if (!buffer.ok()) {
     return Status(
         buffer.status().code(),
@@ -227,15 +273,13 @@ Status ZeroEngine::Impl::Init(const ParamInit& init) {
     s.opt_begin = stage() == 0 ? 0 : shard_begin;
     s.opt_size = stage() == 0 ? padded : shard;
     ZS_ASSIGN_OR_RETURN(s.params, Alloc(stage() == 3 ? shard : padded, dtype_,
-                                        MemoryCategory::kParameters, "parameters", unit));
+                                        MemoryCategory::kParameters, "parameters", unit,
+                                        ParamTier()));
     ZS_ASSIGN_OR_RETURN(s.grads, Alloc(stage() >= 2 ? shard : padded, dtype_,
-                                       MemoryCategory::kGradients, "gradients", unit));
-    ZS_ASSIGN_OR_RETURN(s.master, Alloc(s.opt_size, DType::kF32, MemoryCategory::kOptimizerStates,
-                                        "master weights", unit));
+                                       MemoryCategory::kGradients, "gradients", unit, GradTier()));
     // Padding and gaps stay zero in every buffer.
     std::memset(s.params.data(), 0, s.params.size());
     std::memset(s.grads.data(), 0, s.grads.size());
-    std::memset(s.master.data(), 0, s.master.size());
 
     // Weight decay as metadata: one segment per parameter part in the optimizer range, and
     // decay-free segments over gaps and padding.
@@ -258,9 +302,17 @@ Status ZeroEngine::Impl::Init(const ParamInit& init) {
       }
       if (at < s.opt_size) s.segments.push_back({at, s.opt_size, 0.0f});
     }
-    const int64_t param_size = stage() == 3 ? shard : padded;
+  }
+  ZS_RETURN_IF_ERROR(CreateOptimizerStore());
+
+  // Initial values: every rank computes each parameter in full and keeps what it owns.
+  for (size_t u = 0; u < units_.size(); ++u) {
+    UnitState& s = units_[u];
+    const int unit = int(u);
+    const int64_t param_size = stage() == 3 ? s.layout.shard_size() : s.layout.padded_size();
     const UnitRange param_range{UnitOffset(s.param_base), UnitOffset(s.param_base + param_size)};
     const UnitRange opt_range{UnitOffset(s.opt_begin), UnitOffset(s.opt_begin + s.opt_size)};
+    std::vector<float> master(size_t(s.opt_size), 0.0f);  // padding and gaps stay zero
     std::vector<float> values;
     for (int p = 0; p < s.layout.num_params(); ++p) {
       const UnitRange where = s.layout.ParamRangeInUnit(p);
@@ -280,9 +332,11 @@ Status ZeroEngine::Impl::Init(const ParamInit& init) {
           dtype_, size_t(in_params.size()));
       const UnitRange in_opt = where.Intersect(opt_range);
       std::copy_n(values.data() + (in_opt.begin - where.begin), in_opt.size(),
-                  s.master.data_as<float>() + (in_opt.begin.value() - s.opt_begin));
+                  master.data() + (in_opt.begin.value() - s.opt_begin));
     }
+    ZS_RETURN_IF_ERROR(InitOptimizerTiles(unit, master));
   }
+  states_->EndPass();  // the first pass is recorded: the steps replay it
 
   ReducerOptions reducer_options;
   reducer_options.dtype = dtype_;
@@ -434,6 +488,11 @@ StatusOr<std::vector<double>> ZeroEngine::Impl::AllGatherDouble(double local) {
 }
 
 StatusOr<StepResult> ZeroEngine::Impl::Step() {
+  using Clock = std::chrono::steady_clock;
+  auto seconds = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
+  const Clock::time_point step_start = Clock::now();
   ZS_RETURN_IF_ERROR(reducer_->Finish());
   const int64_t ga = config_.gradient_accumulation_steps;
   for (size_t u = 0; u < units_.size(); ++u) {
@@ -481,42 +540,33 @@ StatusOr<StepResult> ZeroEngine::Impl::Step() {
   const float grad_scale = float(inv_scale * result.clip_coef);
   result.lr = schedule_->At(step_);
 
-  const OptimizerHyper hyper = Hyper(result.lr);
-  const std::vector<GroupHyper> groups = GroupHypers(hyper);
-  const StepMemoryPlan plan = PlanStepMemory(hyper);
-  for (size_t u = 0; u < units_.size(); ++u) {
-    UnitState& s = units_[u];
-    s.reduced = 0;
-    if (s.opt_size == 0) continue;
-    if (!s.state[0] && NumStates(hyper.kind, hyper.beta1) > 0) {
-      ZS_RETURN_IF_ERROR(CreateOptimizerStates(int(u)));
-    }
-    ShardStep shard;
-    shard.n = s.opt_size;
-    shard.master = s.master.data_as<float>();
-    for (int i = 0; i < 2; ++i) {
-      shard.state[i] = s.state[i] ? s.state[i].data() : nullptr;
-      shard.state_scale[i] = s.state_scale[i] ? s.state_scale[i].data_as<float>() : nullptr;
-    }
-    shard.state_dtype = state_dtype();
-    shard.grad = s.grads.data_as<const char>() + (s.opt_begin - s.grad_base) * elem;
-    shard.grad_dtype = dtype_;
-    shard.grad_scale = grad_scale;
-    shard.param_out = s.params.data_as<char>() + (s.opt_begin - s.param_base) * elem;
-    shard.param_dtype = dtype_;
-    shard.prefetch_elements = plan.prefetch_elements;
-    shard.param_out_stores = plan.param_out_stores;
-    shard.segments = s.segments;
-    shard.groups = groups;
-    // The stochastic-rounding stream of this unit and range (bf16 states).
-    shard.seed = (uint64_t(u) << 40) ^ uint64_t(s.opt_begin);
-    optimizer_.Step(hyper, shard);
+  for (UnitState& s : units_) s.reduced = 0;
+  const ShardStoreStats store_before = states_->stats();
+  const TileCopyStats copy_before = copies_->stats();
+  const Clock::time_point tiles_start = Clock::now();
+  result.times.collective_seconds = std::chrono::duration<double>(tiles_start - step_start).count();
+  ZS_RETURN_IF_ERROR(StepTiles(Hyper(result.lr), grad_scale));
+  {
+    const ShardStoreStats& st = states_->stats();
+    const TileCopyStats& ct = copies_->stats();
+    StepTimes& t = result.times;
+    t.copy_wait_seconds = ct.wait_seconds - copy_before.wait_seconds;
+    t.nvme_read_wait_seconds = st.read_wait_seconds - store_before.read_wait_seconds;
+    t.nvme_write_wait_seconds = st.write_wait_seconds - store_before.write_wait_seconds;
+    t.optimizer_seconds = seconds(tiles_start) - t.copy_wait_seconds - t.nvme_read_wait_seconds -
+                          t.nvme_write_wait_seconds;
+    t.device_to_host_bytes = ct.device_to_host_bytes - copy_before.device_to_host_bytes;
+    t.host_to_device_bytes = ct.host_to_device_bytes - copy_before.host_to_device_bytes;
+    t.nvme_read_bytes = st.bytes_read - store_before.bytes_read;
+    t.nvme_written_bytes = st.bytes_written - store_before.bytes_written;
   }
+  const Clock::time_point gather_start = Clock::now();
   // Stages 1 and 2: every rank updated its shard of the resident parameters; gather the rest,
   // in place, unit by unit, with at most allgather_bucket_size elements in flight (at least one
   // unit) so a transport's staging stays bounded.
   if (stage() == 1 || stage() == 2) ZS_RETURN_IF_ERROR(AllGatherUpdatedParams());
   if (gatherer_ != nullptr) ZS_RETURN_IF_ERROR(gatherer_->RegatherPersistent());
+  result.times.collective_seconds += seconds(gather_start);
   scaler_.Update(false);
   ++step_;
   result.step = step_;
@@ -585,35 +635,166 @@ OptimizerHyper ZeroEngine::Impl::Hyper(double lr) const {
   return h;
 }
 
-// States are created at the first step (nothing is spent on them before the model has run
-// once), zero except Adagrad's accumulator, which starts at initial_accumulator_value.
-Status ZeroEngine::Impl::CreateOptimizerStates(int unit) {
-  UnitState& s = units_[unit];
+MemoryTier ZeroEngine::Impl::GradTier() const {
+  // Stages 2/3 keep only the reduced shard, which leaves the device as the reducer produces it.
+  if (optimizer_offload() == OffloadDevice::kNone || stage() < 2) return kTier;
+  return config_.zero_optimization.offload_optimizer.pin_memory ? MemoryTier::kPinnedHost
+                                                                 : MemoryTier::kHost;
+}
+
+MemoryTier ZeroEngine::Impl::ParamTier() const {
+  const OffloadConfig& o = config_.zero_optimization.offload_param;
+  if (o.device == OffloadDevice::kNone) return kTier;
+  return o.pin_memory ? MemoryTier::kPinnedHost : MemoryTier::kHost;
+}
+
+Status ZeroEngine::Impl::CreateOptimizerStore() {
+  const OffloadConfig& offload = config_.zero_optimization.offload_optimizer;
+  const int64_t sub_group =
+      optimizer_offload() == OffloadDevice::kNone
+          ? std::numeric_limits<int64_t>::max()
+          : std::max(kSubGroupQuantum,
+                     config_.zero_optimization.sub_group_size / kSubGroupQuantum * kSubGroupQuantum);
   const OptimizerHyper hyper = Hyper(0.0);
   const StateDType type = state_dtype();
-  const int64_t n = s.opt_size;
-  for (int i = 0; i < NumStates(hyper.kind, hyper.beta1); ++i) {
-    const int64_t code_bytes = type == StateDType::kInt8 ? n : StateBytes(type, n);
-    auto buffer = device_.Allocate(size_t(code_bytes), kTier, MemoryCategory::kOptimizerStates);
-    if (!buffer.ok()) {
-      return Status(buffer.status().code(),
-                    fmt::format("engine (rank {}): optimizer state {} of unit '{}' ({} bytes): {}",
-                                dp_.rank(), i, model_.units[unit].name, code_bytes,
-                                buffer.status().message()));
+  const int num_states = NumStates(hyper.kind, hyper.beta1);
+  const size_t elem = DTypeSize(dtype_);
+  std::vector<SlotShape> shapes;
+  std::vector<TileCopy> copies;
+  int64_t largest_copy = 0;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    UnitState& s = units_[u];
+    for (int64_t begin = 0; begin < s.opt_size; begin += sub_group) {
+      OptimizerTile tile;
+      tile.unit = int(u);
+      tile.begin = begin;
+      tile.end = begin + std::min(sub_group, s.opt_size - begin);
+      tile.segments = ClipSegments(s.segments, tile.begin, tile.end);
+      const int64_t n = tile.size();
+      SlotShape shape;
+      shape.name = fmt::format("unit '{}' [{}, {})", model_.units[u].name, tile.begin, tile.end);
+      shape.array_bytes.assign(kNumTileArrays, 0);
+      shape.array_bytes[kMaster] = n * int64_t(sizeof(float));
+      for (int i = 0; i < num_states; ++i) {
+        shape.array_bytes[kState0 + i] = type == StateDType::kInt8 ? n : StateBytes(type, n);
+        if (type == StateDType::kInt8) {
+          shape.array_bytes[kScale0 + i] =
+              (n + kQuantBlock - 1) / kQuantBlock * int64_t(sizeof(float));
+        }
+      }
+      s.tiles.push_back(int(tiles_.size()));
+      tiles_.push_back(std::move(tile));
+      shapes.push_back(std::move(shape));
+      largest_copy = std::max(largest_copy, n * int64_t(elem));
     }
-    s.state[i] = std::move(*buffer);
-    if (type == StateDType::kInt8) {
-      const int64_t blocks = (n + kQuantBlock - 1) / kQuantBlock;
-      ZS_ASSIGN_OR_RETURN(s.state_scale[i],
-                          Alloc(blocks, DType::kF32, MemoryCategory::kOptimizerStates,
-                                "optimizer state scales", unit));
-    }
-    float initial = hyper.kind == OptimizerKind::kAdagrad ? hyper.initial_accumulator : 0.0f;
-    if (type == StateDType::kInt8 && Int8StoresRoot(hyper.kind, i)) initial = std::sqrt(initial);
-    std::vector<float> values(size_t(n), initial);
-    EncodeState(type, values.data(), 0, n, s.state[i].data(),
-                s.state_scale[i] ? s.state_scale[i].data_as<float>() : nullptr, 0, 0, i);
   }
+  ShardStoreOptions options;
+  options.category = MemoryCategory::kOptimizerStates;
+  options.what = fmt::format("optimizer states (rank {})", dp_.rank());
+  switch (optimizer_offload()) {
+    case OffloadDevice::kNone:
+      options.tier = kTier;
+      break;
+    case OffloadDevice::kCpu:
+      options.tier = offload.pin_memory ? MemoryTier::kPinnedHost : MemoryTier::kHost;
+      break;
+    case OffloadDevice::kNvme:
+      options.tier = MemoryTier::kNvme;
+      options.buffer_count = offload.buffer_count;
+      options.pin_memory = offload.pin_memory;
+      options.pipeline_read = offload.pipeline_read;
+      options.pipeline_write = offload.pipeline_write;
+      options.nvme.dir = offload.nvme_path;
+      // One file per rank: a killed run's file is found by the next run of the same rank.
+      options.nvme.name = fmt::format("optimizer.rank{}", dp_.rank());
+      options.nvme.block_size = config_.aio.block_size;
+      options.nvme.queue_depth = config_.aio.queue_depth;
+      options.nvme.intra_op_parallelism = config_.aio.intra_op_parallelism;
+      options.nvme.single_submit = config_.aio.single_submit;
+      options.nvme.overlap_events = config_.aio.overlap_events;
+      break;
+  }
+  ZS_ASSIGN_OR_RETURN(states_, ShardStore::Create(options, std::move(shapes), device_));
+  // Copies around the step exist only when the optimizer is off the device (ZeRO-Offload).
+  const bool copy = optimizer_offload() != OffloadDevice::kNone;
+  ZS_ASSIGN_OR_RETURN(copies_, TileCopyPipeline::Create(device_, copy ? largest_copy : 0,
+                                                        offload.pin_memory));
+  return OkStatus();
+}
+
+// Initial states are zero except Adagrad's accumulator (initial_accumulator_value).
+Status ZeroEngine::Impl::InitOptimizerTiles(int unit, const std::vector<float>& master) {
+  const OptimizerHyper hyper = Hyper(0.0);
+  const StateDType type = state_dtype();
+  std::vector<float> values;
+  for (int t : units_[unit].tiles) {
+    const OptimizerTile& tile = tiles_[size_t(t)];
+    const int64_t n = tile.size();
+    ZS_ASSIGN_OR_RETURN(SlotView arrays, states_->Acquire(t, ShardStore::Access::kOverwrite));
+    std::copy_n(master.data() + tile.begin, n, reinterpret_cast<float*>(arrays.arrays[kMaster]));
+    for (int i = 0; i < NumStates(hyper.kind, hyper.beta1); ++i) {
+      float initial = hyper.kind == OptimizerKind::kAdagrad ? hyper.initial_accumulator : 0.0f;
+      if (type == StateDType::kInt8 && Int8StoresRoot(hyper.kind, i)) initial = std::sqrt(initial);
+      values.assign(size_t(n), initial);
+      EncodeState(type, values.data(), tile.begin, n, arrays.arrays[kState0 + i],
+                  reinterpret_cast<float*>(arrays.arrays[kScale0 + i]), 0, 0, i);
+    }
+    ZS_RETURN_IF_ERROR(states_->Release(t, /*dirty=*/true));
+  }
+  return OkStatus();
+}
+
+// Acquire, step, release: the same loop whatever the tier the states live in (shard_store.h)
+// and wherever the gradients and parameters are (tile_copy_pipeline.h).
+Status ZeroEngine::Impl::StepTiles(const OptimizerHyper& hyper, float grad_scale) {
+  const std::vector<GroupHyper> groups = GroupHypers(hyper);
+  const StepMemoryPlan plan = PlanStepMemory(hyper);
+  const size_t elem = DTypeSize(dtype_);
+  const bool offloaded = optimizer_offload() != OffloadDevice::kNone;
+  std::vector<TileCopy> copies;
+  for (const OptimizerTile& tile : tiles_) {
+    const UnitState& s = units_[size_t(tile.unit)];
+    TileCopy c;
+    c.grad = s.grads.data_as<const char>() + (s.opt_begin + tile.begin - s.grad_base) * elem;
+    c.grad_bytes = tile.size() * int64_t(elem);
+    c.grad_on_device = offloaded && s.grads.tier() == kTier;
+    c.param = s.params.data_as<char>() + (s.opt_begin + tile.begin - s.param_base) * elem;
+    c.param_bytes = tile.size() * int64_t(elem);
+    c.param_on_device = offloaded && s.params.tier() == kTier;
+    copies.push_back(c);
+  }
+  ZS_RETURN_IF_ERROR(copies_->Begin(std::move(copies)));
+  for (size_t t = 0; t < tiles_.size(); ++t) {
+    const OptimizerTile& tile = tiles_[t];
+    const UnitState& s = units_[size_t(tile.unit)];
+    ZS_ASSIGN_OR_RETURN(SlotView arrays, states_->Acquire(int(t)));
+    ZS_ASSIGN_OR_RETURN(TileHostView io, copies_->Acquire(int(t)));
+    ShardStep shard;
+    shard.n = tile.size();
+    shard.master = reinterpret_cast<float*>(arrays.arrays[kMaster]);
+    for (int i = 0; i < 2; ++i) {
+      shard.state[i] = arrays.arrays[kState0 + i];
+      shard.state_scale[i] = reinterpret_cast<float*>(arrays.arrays[kScale0 + i]);
+    }
+    shard.state_dtype = state_dtype();
+    shard.grad = io.grad;
+    shard.grad_dtype = dtype_;
+    shard.grad_scale = grad_scale;
+    shard.param_out = io.param_out;
+    shard.param_dtype = dtype_;
+    shard.prefetch_elements = plan.prefetch_elements;
+    shard.param_out_stores = plan.param_out_stores;
+    shard.segments = tile.segments;
+    shard.groups = groups;
+    // The stochastic-rounding stream of this unit and range (bf16 states), at the tile's place.
+    shard.seed = (uint64_t(tile.unit) << 40) ^ uint64_t(s.opt_begin);
+    shard.index_base = tile.begin;
+    optimizer_.Step(hyper, shard);
+    ZS_RETURN_IF_ERROR(copies_->Release(int(t)));
+    ZS_RETURN_IF_ERROR(states_->Release(int(t), /*dirty=*/true));
+  }
+  ZS_RETURN_IF_ERROR(copies_->Finish());  // the parameters are on the device again
+  states_->EndPass();
   return OkStatus();
 }
 
@@ -659,12 +840,16 @@ Status ZeroEngine::Impl::AllGatherUpdatedParams() {
 StatusOr<std::vector<float>> ZeroEngine::Impl::GatherMasterUnit(int unit) {
   UnitState& s = units_[unit];
   std::vector<float> full(size_t(s.layout.padded_size()), 0.0f);
-  if (stage() == 0) {
-    std::copy_n(s.master.data_as<const float>(), s.opt_size, full.data());
-    return full;
+  float* mine = full.data() + (stage() == 0 ? 0 : dp_.rank() * s.layout.shard_size());
+  for (int t : s.tiles) {
+    const OptimizerTile& tile = tiles_[size_t(t)];
+    ZS_ASSIGN_OR_RETURN(SlotView arrays, states_->Acquire(t));
+    std::copy_n(reinterpret_cast<const float*>(arrays.arrays[kMaster]), tile.size(),
+                mine + tile.begin);
+    ZS_RETURN_IF_ERROR(states_->Release(t, /*dirty=*/false));
   }
+  if (stage() == 0) return full;
   const int64_t shard = s.layout.shard_size();
-  std::copy_n(s.master.data_as<const float>(), shard, full.data() + dp_.rank() * shard);
   ZS_RETURN_IF_ERROR(
       dp_.AllGather(full.data() + dp_.rank() * shard, full.data(), size_t(shard), DType::kF32));
   return full;
@@ -759,6 +944,28 @@ std::string ZeroEngine::optimizer_summary() const {
                      CpuOptimizer::SimdTarget(), threads, threads == 1 ? "" : "s",
                      DescribeStepMemory(impl_->PlanStepMemory(hyper),
                                         impl_->config_.zerostack.optimizer_prefetch));
+}
+
+OffloadReport ZeroEngine::offload_report() const {
+  OffloadReport r;
+  const ShardStore& store = *impl_->states_;
+  r.optimizer_tier = std::string(MemoryTierName(store.tier()));
+  r.parameter_tier = std::string(MemoryTierName(impl_->ParamTier()));
+  r.nvme_file = store.path();
+  r.io_backend = store.io_backend();
+  r.tiles = store.num_slots();
+  const ShardStoreStats& st = store.stats();
+  const TileCopyStats& ct = impl_->copies_->stats();
+  r.device_to_host_bytes = ct.device_to_host_bytes;
+  r.host_to_device_bytes = ct.host_to_device_bytes;
+  r.nvme_read_bytes = st.bytes_read;
+  r.nvme_written_bytes = st.bytes_written;
+  r.nvme_demand_reads = st.demand_reads;
+  r.nvme_prefetch_hits = st.prefetch_hits;
+  r.copy_wait_seconds = ct.wait_seconds;
+  r.nvme_read_wait_seconds = st.read_wait_seconds;
+  r.nvme_write_wait_seconds = st.write_wait_seconds;
+  return r;
 }
 
 GatherReport ZeroEngine::gather_report() const {

@@ -54,6 +54,20 @@
 
 namespace zs {
 
+// Where one Step's time went and what it moved (offload tuning: which tier limits the step).
+// Waits are host time blocked on that tier; optimizer_seconds is the step's own compute.
+struct StepTimes {
+  double collective_seconds = 0.0;       // finishing reductions, the norm, the param all-gather
+  double optimizer_seconds = 0.0;        // the optimizer kernels (waits excluded)
+  double copy_wait_seconds = 0.0;        // device<->host copies (offload_optimizer)
+  double nvme_read_wait_seconds = 0.0;   // optimizer tiles read from NVMe
+  double nvme_write_wait_seconds = 0.0;  // optimizer tiles written back to NVMe
+  int64_t device_to_host_bytes = 0;
+  int64_t host_to_device_bytes = 0;
+  int64_t nvme_read_bytes = 0;
+  int64_t nvme_written_bytes = 0;
+};
+
 struct StepResult {
   int64_t step = 0;          // optimizer steps taken so far (skipped ones excluded)
   bool skipped = false;      // fp16 overflow: no update this step
@@ -61,6 +75,25 @@ struct StepResult {
   double clip_coef = 1.0;    // the factor the gradient was multiplied by (1 = not clipped)
   float loss_scale = 1.0f;   // the scale used for this step's backward
   double lr = 0.0;           // learning rate used
+  StepTimes times;           // this rank's
+};
+
+// Where this rank's optimizer states live and what offload moved since Create.
+struct OffloadReport {
+  std::string optimizer_tier;   // "device", "host", "pinned_host" or "nvme"
+  std::string parameter_tier;   // stage 3 parameter shards: "device", "host", "pinned_host"
+  std::string nvme_file;        // the swap file (nvme), else empty
+  std::string io_backend;       // "io_uring", "libaio", "posix" (nvme), else "none"
+  int64_t tiles = 0;            // optimizer tiles (store slots) of this rank
+  int64_t device_to_host_bytes = 0;
+  int64_t host_to_device_bytes = 0;
+  int64_t nvme_read_bytes = 0;
+  int64_t nvme_written_bytes = 0;
+  int64_t nvme_demand_reads = 0;   // tile reads the step waited for from the start
+  int64_t nvme_prefetch_hits = 0;  // tiles whose read a prefetch had started
+  double copy_wait_seconds = 0.0;
+  double nvme_read_wait_seconds = 0.0;
+  double nvme_write_wait_seconds = 0.0;
 };
 
 struct GatherReport {  // stage 3 counters (zero for other stages)
@@ -108,6 +141,7 @@ class ZeroEngine final : public UnitAccess {
   DType compute_dtype() const;
   const ShardLayout& layout(int unit) const;
   GatherReport gather_report() const;
+  OffloadReport offload_report() const;
   int64_t micro_batches_pending() const;  // completed since the last Step
   // Bytes per parameter the optimizer keeps: the fp32 master plus its states in their dtype
   // (12 for AdamW with fp32 states; int8 states include their block scales).

@@ -218,6 +218,7 @@ struct Shard {
     st.segments = segs;
     st.groups = groups;
     st.seed = seed;
+    st.index_base = begin;  // the sub-shard's place in the shard's rounding stream
     return st;
   }
 };
@@ -512,11 +513,11 @@ TEST(CpuOptimizerTest, BitIdenticalAcrossThreadsAndSplits) {
               fmt::format("{} threads, tiles of {}", opt->threads(), opt->tile_elements()));
         }
         // Sub-shards start tiles elsewhere: any cut for fp32 states, block-aligned cuts for
-        // int8 (bf16 states key their rounding on the shard index, so they are not cut).
+        // int8 and bf16 (bf16 states key their rounding on index_base + the sub-shard index).
         std::vector<std::vector<int64_t>> cut_sets;
         if (sd == StateDType::kF32) cut_sets = {{1}, {7, 16383}, {kTile - 3, kTile + 5, 20001}};
         if (sd == StateDType::kF32 && kSlowBuild) cut_sets = {{7, kTile - 3, kTile + 5}};
-        if (sd == StateDType::kInt8) cut_sets = {{kQuantBlock}, {kTile + 2 * kQuantBlock}};
+        if (sd != StateDType::kF32) cut_sets = {{kQuantBlock}, {kTile + 2 * kQuantBlock}};
         for (const auto& cuts : cut_sets) {
           Shard other(k, n, sd, d.grad, d.param, seed);
           RunSteps(opt2, other, 1, 3, cuts);
@@ -525,6 +526,36 @@ TEST(CpuOptimizerTest, BitIdenticalAcrossThreadsAndSplits) {
       }
     }
   }
+}
+
+// A shard whose rounding stream crosses 2^32 (index_base near it) steps as its two halves
+// stepped apart, each keyed by its own index_base: the kernel ranges split at the boundary.
+TEST(CpuOptimizerTest, Bf16IndexBaseAcross2To32) {
+  CpuOptimizer opt(2, kTile);
+  const KindCase& k = kKinds[0];
+  const int64_t n = 4 * kQuantBlock, cut = kQuantBlock;
+  const int64_t base = (int64_t{1} << 32) - cut;
+  Shard whole(k, n, StateDType::kBF16, DType::kBF16, DType::kBF16, 77);
+  Shard halves(k, n, StateDType::kBF16, DType::kBF16, DType::kBF16, 77);
+  for (int64_t step = 1; step <= 3; ++step) {
+    whole.FillGrad(step);
+    halves.FillGrad(step);
+    std::vector<ShardSegment> segs;
+    ShardStep w = whole.View(0, n, segs);
+    w.index_base = base;
+    opt.Step(MakeHyper(k, step), w);
+    for (auto [b, e] : {std::pair<int64_t, int64_t>{0, cut}, {cut, n}}) {
+      std::vector<ShardSegment> part_segs;
+      ShardStep h = halves.View(b, e, part_segs);
+      h.index_base = base + b;
+      opt.Step(MakeHyper(k, step), h);
+    }
+  }
+  ExpectSameBits(whole, halves, "index_base across 2^32");
+  // And the stream index matters: the same shard at index_base 0 rounds differently.
+  Shard at_zero(k, n, StateDType::kBF16, DType::kBF16, DType::kBF16, 77);
+  RunSteps(opt, at_zero, 1, 3);
+  EXPECT_NE(at_zero.state[1], whole.state[1]);
 }
 
 // The int8 elements that go through the scratch: those of every block of kQuantBlock (the

@@ -269,24 +269,50 @@ TEST(EngineConfigTest, Fp16AndBf16TogetherAreAnError) {
   EXPECT_TRUE(ParseEngineConfig(R"({"fp16": {"enabled": true}, "bf16": {"enabled": false}})").ok());
 }
 
-TEST(EngineConfigTest, OffloadDevicesAreNotImplementedYet) {
-  for (const char* section : {"offload_optimizer", "offload_param"}) {
-    for (const char* device : {"cpu", "nvme"}) {
-      std::string text = fmt::format(
-          R"({{"zero_optimization": {{"{}": {{"device": "{}", "nvme_path": "/tmp"}}}}}})", section,
-          device);
-      Status s = ParseError(text);
-      EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << s.ToString();
-      EXPECT_THAT(s.message(), HasSubstr(fmt::format("zero_optimization.{}.device", section)));
-      EXPECT_THAT(s.message(), HasSubstr(device));
-      EXPECT_THAT(s.message(), HasSubstr("not implemented yet in this version"));
+TEST(EngineConfigTest, OffloadDevicesAndTheStagesTheyNeed) {
+  auto text = [](const char* section, const char* device, int stage) {
+    return fmt::format(
+        R"({{"zero_optimization": {{"stage": {}, "{}": {{"device": "{}", "nvme_path": "/tmp"}}}}}})",
+        stage, section, device);
+  };
+  // The optimizer's shard leaves the device at stages 1-3, in host memory or on NVMe.
+  for (const char* device : {"cpu", "nvme"}) {
+    for (int stage = 1; stage <= 3; ++stage) {
+      auto c = ParseEngineConfig(text("offload_optimizer", device, stage));
+      ASSERT_TRUE(c.ok()) << c.status().ToString();
+      EXPECT_EQ(c->zero_optimization.offload_optimizer.device,
+                device[0] == 'c' ? OffloadDevice::kCpu : OffloadDevice::kNvme);
     }
+    ExpectInvalid(text("offload_optimizer", device, 0),
+                  {"zero_optimization.offload_optimizer.device", device, "stage 1, 2 or 3",
+                   "stage is 0"});
+  }
+  // Parameters are offloaded at stage 3 only; on NVMe not yet.
+  EXPECT_TRUE(ParseEngineConfig(text("offload_param", "cpu", 3)).ok());
+  for (int stage = 0; stage <= 2; ++stage) {
+    ExpectInvalid(text("offload_param", "cpu", stage),
+                  {"zero_optimization.offload_param.device", "stage 3"});
+  }
+  Status s = ParseError(text("offload_param", "nvme", 3));
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << s.ToString();
+  EXPECT_THAT(s.message(), HasSubstr("zero_optimization.offload_param.device"));
+  EXPECT_THAT(s.message(), HasSubstr("not implemented yet"));
+  for (const char* section : {"offload_optimizer", "offload_param"}) {
     std::string none =
         fmt::format(R"({{"zero_optimization": {{"{}": {{"device": "none"}}}}}})", section);
     EXPECT_TRUE(ParseEngineConfig(none).ok()) << none;
   }
-  ExpectInvalid(R"({"zero_optimization": {"offload_param": {"device": "nvme"}}})",
+  ExpectInvalid(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}})",
                 {"zero_optimization.offload_param.nvme_path", "nvme"});
+  ExpectInvalid(
+      R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp", "buffer_count": 1}}})",
+      {"zero_optimization.offload_optimizer.buffer_count", ">= 2"});
+  // DeepSpeed's defaults: 4 optimizer buffers, 5 parameter buffers, no read/write pipelining.
+  EngineConfig d;
+  EXPECT_EQ(d.zero_optimization.offload_optimizer.buffer_count, 4);
+  EXPECT_EQ(d.zero_optimization.offload_param.buffer_count, 5);
+  EXPECT_FALSE(d.zero_optimization.offload_optimizer.pipeline_read);
+  EXPECT_EQ(d.zero_optimization.sub_group_size, 1'000'000'000);
 }
 
 TEST(EngineConfigTest, MalformedJsonNamesTheLineAndColumn) {
@@ -297,7 +323,7 @@ TEST(EngineConfigTest, MalformedJsonNamesTheLineAndColumn) {
 }
 
 // Gives every key a value other than its default, except the few whose only other values are
-// errors in this version (offload devices) or conflict with another key (bf16 with fp16).
+// errors with the rest of this config (offload devices) or conflict with another key (bf16 with fp16).
 EngineConfig NonDefaultConfig() {
   EngineConfig c;
   c.train_batch_size = 48;
@@ -316,12 +342,16 @@ EngineConfig NonDefaultConfig() {
   z.stage3_max_live_parameters = 2;
   z.stage3_max_reuse_distance = 3;
   z.stage3_param_persistence_threshold = 4;
+  z.sub_group_size = 5;
   for (OffloadConfig* o : {&z.offload_optimizer, &z.offload_param}) {
     o->nvme_path = "/scratch/zs";
     o->pin_memory = true;
     o->buffer_count = 9;
     o->buffer_size = 4096;
   }
+  z.offload_optimizer.pipeline_read = true;  // optimizer keys only
+  z.offload_optimizer.pipeline_write = true;
+  z.offload_param.max_in_cpu = 77;  // a parameter key only
   c.aio = {.block_size = 4096,
            .queue_depth = 3,
            .intra_op_parallelism = 5,

@@ -1,0 +1,131 @@
+#include "offload/pinned_buffer_pool.h"
+
+#include <fmt/format.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+
+#include "runtime/base/check.h"
+
+namespace zs {
+namespace {
+
+std::mutex g_pin_mu;
+size_t g_pinned_bytes = 0;  // guarded by g_pin_mu
+
+std::string Bytes(size_t b) {
+  if (b >= (size_t{1} << 30)) return fmt::format("{:.2f} GiB", double(b) / double(1 << 30));
+  if (b >= (size_t{1} << 20)) return fmt::format("{:.1f} MiB", double(b) / double(1 << 20));
+  if (b >= (size_t{1} << 10)) return fmt::format("{:.1f} KiB", double(b) / double(1 << 10));
+  return fmt::format("{} B", b);
+}
+
+}  // namespace
+
+std::optional<size_t> MemlockLimitBytes() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_MEMLOCK, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) {
+    return std::nullopt;
+  }
+  return size_t(limit.rlim_cur);
+}
+
+size_t PinnedBytesInProcess() {
+  std::lock_guard<std::mutex> lock(g_pin_mu);
+  return g_pinned_bytes;
+}
+
+Status PinHostMemory(void* ptr, size_t bytes, const std::string& what) {
+  if (bytes == 0) return OkStatus();
+  std::lock_guard<std::mutex> lock(g_pin_mu);
+  const std::optional<size_t> limit = MemlockLimitBytes();
+  if (limit && g_pinned_bytes + bytes > *limit) {
+    return OutOfMemoryError(fmt::format(
+        "pinning {} for {}: the memlock limit (RLIMIT_MEMLOCK, `ulimit -l`) is {} ({} bytes) and "
+        "this process already pins {}; raise `ulimit -l` (to at least {} KiB) or set pin_memory: "
+        "false",
+        Bytes(bytes), what, Bytes(*limit), *limit, Bytes(g_pinned_bytes),
+        (g_pinned_bytes + bytes + 1023) / 1024));
+  }
+  if (mlock(ptr, bytes) != 0) {
+    const int err = errno;
+    return OutOfMemoryError(fmt::format("pinning {} for {}: mlock failed: {} (memlock limit {})",
+                                        Bytes(bytes), what, std::strerror(err),
+                                        limit ? Bytes(*limit) : std::string("unlimited")));
+  }
+  g_pinned_bytes += bytes;
+  return OkStatus();
+}
+
+void UnpinHostMemory(void* ptr, size_t bytes) {
+  if (bytes == 0) return;
+  munlock(ptr, bytes);
+  std::lock_guard<std::mutex> lock(g_pin_mu);
+  ZS_CHECK(g_pinned_bytes >= bytes, "unpinning {} bytes, {} pinned", bytes, g_pinned_bytes);
+  g_pinned_bytes -= bytes;
+}
+
+StatusOr<std::unique_ptr<PinnedBufferPool>> PinnedBufferPool::Create(Device& device, int64_t count,
+                                                                     size_t bytes, bool pin,
+                                                                     MemoryCategory category,
+                                                                     const std::string& what) {
+  if (count < 1) {
+    return InvalidArgumentError(fmt::format("{}: buffer count {} (at least 1)", what, count));
+  }
+  auto pool = std::unique_ptr<PinnedBufferPool>(new PinnedBufferPool());
+  pool->bytes_ = (bytes + kPinAlignment - 1) / kPinAlignment * kPinAlignment;
+  pool->pinned_ = pin;
+  const MemoryTier tier = pin ? MemoryTier::kPinnedHost : MemoryTier::kHost;
+  const bool lock = pin && device.kind() == DeviceKind::kCpu;
+  if (lock) {
+    // One check for the whole pool before anything is allocated: the error names all of it.
+    const size_t total = pool->bytes_ * size_t(count);
+    const std::optional<size_t> limit = MemlockLimitBytes();
+    if (limit && PinnedBytesInProcess() + total > *limit) {
+      return PinHostMemory(nullptr, total, what);  // the limit error, nothing locked
+    }
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    auto buffer = device.Allocate(pool->bytes_, tier, category);
+    if (!buffer.ok()) {
+      return buffer.status().WithContext(
+          fmt::format("{}: buffer {} of {} ({} bytes each)", what, i, count, pool->bytes_));
+    }
+    if (lock) {
+      Status pinned = PinHostMemory(buffer->data(), pool->bytes_, what);
+      if (!pinned.ok()) return pinned;  // the destructor unpins those locked so far
+      pool->locked_ = true;
+    }
+    pool->buffers_.push_back(std::move(*buffer));
+    pool->free_.push_back(int(count - 1 - i));  // Take() hands out 0, 1, ... first
+    pool->out_.push_back(false);
+  }
+  if (lock) pool->locked_ = true;
+  return pool;
+}
+
+PinnedBufferPool::~PinnedBufferPool() {
+  if (!locked_) return;
+  for (DeviceBuffer& b : buffers_) UnpinHostMemory(b.data(), bytes_);
+}
+
+std::optional<int> PinnedBufferPool::Take() {
+  if (free_.empty()) return std::nullopt;
+  const int i = free_.back();
+  free_.pop_back();
+  out_[size_t(i)] = true;
+  return i;
+}
+
+void PinnedBufferPool::Give(int index) {
+  ZS_CHECK(index >= 0 && index < count() && out_[size_t(index)],
+           "PinnedBufferPool::Give({}): not a buffer taken from this pool", index);
+  out_[size_t(index)] = false;
+  free_.push_back(index);
+}
+
+}  // namespace zs
