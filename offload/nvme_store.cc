@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <thread>
@@ -47,6 +48,8 @@ class IoRequest {
  public:
   IoRequest(bool is_write, int64_t offset, int64_t bytes, uint32_t write_id)
       : is_write(is_write), offset(offset), bytes(bytes), write_id(write_id) {}
+
+  const std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 
   const bool is_write;
   const int64_t offset;
@@ -239,6 +242,10 @@ NvmeStore::NvmeStore(NvmeStoreOptions options, std::string path, int fd, int64_t
     : options_(std::move(options)), path_(std::move(path)), fd_(fd), capacity_(capacity) {}
 
 Status NvmeStore::Init() {
+  if (options_.trace != nullptr) {
+    trace_track_[0] = options_.trace->Track("nvme read");
+    trace_track_[1] = options_.trace->Track("nvme write");
+  }
   const auto pages = static_cast<size_t>(capacity_ / kNvmeAlignment);
   page_checksum_.assign(pages, 0);
   page_write_id_.assign(pages, 0);
@@ -419,6 +426,12 @@ void NvmeStore::PieceDone(IoPiece& piece, Status status) {
   if (!request.PieceDone(piece.offset, std::move(status))) return;
   // Stats first, so that they include the request once its Wait() returns.
   NoteFinished(request.is_write, request.bytes, request.ok());
+  if (options_.trace != nullptr) {
+    options_.trace->Record(trace_track_[request.is_write], request.is_write ? "write" : "read",
+                           request.started, std::chrono::steady_clock::now(),
+                           fmt::format(R"({{"offset":{},"bytes":{},"ok":{}}})", request.offset,
+                                       request.bytes, request.ok()));
+  }
   request.MarkDone();
 }
 

@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "runtime/base/status.h"
+#include "runtime/base/trace_recorder.h"
 
 namespace zs {
 
@@ -69,6 +70,9 @@ struct NvmeStoreOptions {
   bool single_submit = false;        // aio.single_submit: submit requests one by one
   bool overlap_events = true;        // aio.overlap_events: submit new requests while reaping
   IoBackend backend = IoBackend::kAuto;
+  // Not owned; null: no trace. Every request becomes a span from Start* to its last piece's
+  // completion, on the tracks "nvme read" and "nvme write" (recorded on the I/O threads).
+  TraceRecorder* trace = nullptr;
 };
 
 // Totals since Create. reads/writes count requests (Start* calls), bytes count those of requests
@@ -178,6 +182,7 @@ class NvmeStore {
   static constexpr uint32_t kWriteFailedBit = 1u << 31;  // in page_write_id_: "last write failed"
 
   const NvmeStoreOptions options_;
+  int trace_track_[2] = {-1, -1};  // [is_write]: options_.trace's tracks
   const std::string path_;
   const int fd_;
   const int64_t capacity_;

@@ -87,7 +87,10 @@ StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(const ShardStoreOptions
     }
     return store;
   }
-  ZS_ASSIGN_OR_RETURN(store->file_, NvmeStore::Create(options.nvme, store->total_bytes_));
+  NvmeStoreOptions file_options = options.nvme;
+  file_options.trace = options.trace;
+  if (options.trace != nullptr) store->wait_track_ = options.trace->Track("offload wait");
+  ZS_ASSIGN_OR_RETURN(store->file_, NvmeStore::Create(file_options, store->total_bytes_));
   ZS_ASSIGN_OR_RETURN(
       store->buffers_,
       PinnedBufferPool::Create(device, options.buffer_count, size_t(std::max<int64_t>(largest, 1)),
@@ -158,6 +161,11 @@ Status ShardStore::WaitIo(Slot& s) {
   const auto start = std::chrono::steady_clock::now();
   Status status = s.io.Wait();
   s.io = IoHandle();
+  if (options_.trace != nullptr) {
+    options_.trace->Record(wait_track_,
+                           fmt::format("wait {} {}", writing ? "write" : "read", s.shape.name),
+                           start, std::chrono::steady_clock::now());
+  }
   (writing ? stats_.write_wait_seconds : stats_.read_wait_seconds) += SecondsSince(start);
   if (writing) {
     const int index = int(&s - slots_.data());

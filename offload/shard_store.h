@@ -79,6 +79,9 @@ struct ShardStoreOptions {
   bool pin_memory = false;   // staging buffers page-locked (pinned_buffer_pool.h)
   bool pipeline_read = true;
   bool pipeline_write = true;
+  // Not owned; null: no trace. The NVMe requests (nvme_store.h) and the host's waits for them
+  // (track "offload wait") become spans.
+  TraceRecorder* trace = nullptr;
 };
 
 struct SlotView {
@@ -163,6 +166,7 @@ class ShardStore {
   ExecutionTrace trace_;
   ShardStoreStats stats_;
   Status first_error_;
+  int wait_track_ = -1;  // options_.trace's "offload wait" track
 };
 
 }  // namespace zs

@@ -3,14 +3,21 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <memory>
 
 #include "runtime/base/check.h"
 
 namespace zs {
 
 StatusOr<std::unique_ptr<TileCopyPipeline>> TileCopyPipeline::Create(Device& device,
-                                                                     int64_t max_bytes, bool pin) {
+                                                                     int64_t max_bytes, bool pin,
+                                                                     TraceRecorder* trace) {
   auto p = std::unique_ptr<TileCopyPipeline>(new TileCopyPipeline(device));
+  p->trace_ = trace;
+  if (trace != nullptr) {
+    p->trace_track_[0] = trace->Track("copy d2h");
+    p->trace_track_[1] = trace->Track("copy h2d");
+  }
   if (max_bytes == 0) return p;  // nothing is ever copied: no buffers, no stream
   ZS_ASSIGN_OR_RETURN(
       p->staging_,
@@ -50,11 +57,26 @@ Status TileCopyPipeline::StartGradCopy(int tile) {
   grad_started_ = tile;
   const TileCopy& t = tiles_[size_t(tile)];
   if (!t.grad_on_device || t.grad_bytes == 0) return OkStatus();
-  Status s = device_.CopyAsync(staging_->data(tile % 2), t.grad, size_t(t.grad_bytes), *stream_);
+  Status s = QueueCopy(staging_->data(tile % 2), t.grad, t.grad_bytes, /*to_device=*/false);
   if (s.ok()) s = device_.RecordEvent(*grad_ready_[tile % 2], *stream_);
   if (!s.ok()) broken_ = s.WithContext("offload: copying a gradient tile to the host");
   stats_.device_to_host_bytes += t.grad_bytes;
   return broken_;
+}
+
+Status TileCopyPipeline::QueueCopy(void* dst, const void* src, int64_t bytes, bool to_device) {
+  if (trace_ == nullptr) return device_.CopyAsync(dst, src, size_t(bytes), *stream_);
+  // The stream runs the host functions in order with the copy: their clocks bracket it.
+  auto begin = std::make_shared<TraceRecorder::Clock::time_point>();
+  ZS_RETURN_IF_ERROR(
+      device_.LaunchHostFunc(*stream_, [begin] { *begin = TraceRecorder::Clock::now(); }));
+  ZS_RETURN_IF_ERROR(device_.CopyAsync(dst, src, size_t(bytes), *stream_));
+  TraceRecorder* trace = trace_;
+  const int track = trace_track_[to_device];
+  return device_.LaunchHostFunc(*stream_, [trace, track, begin, bytes, to_device] {
+    trace->Record(track, to_device ? "h2d" : "d2h", *begin, TraceRecorder::Clock::now(),
+                  fmt::format(R"({{"bytes":{}}})", bytes));
+  });
 }
 
 Status TileCopyPipeline::Wait(Event& event) {
@@ -101,8 +123,7 @@ Status TileCopyPipeline::Release(int tile) {
   ZS_RETURN_IF_ERROR(broken_);
   const TileCopy& t = tiles_[size_t(tile)];
   if (!t.param_on_device || t.param_bytes == 0) return OkStatus();
-  Status s =
-      device_.CopyAsync(t.param, staging_->data(2 + tile % 2), size_t(t.param_bytes), *stream_);
+  Status s = QueueCopy(t.param, staging_->data(2 + tile % 2), t.param_bytes, /*to_device=*/true);
   if (s.ok()) s = device_.RecordEvent(*param_done_[tile % 2], *stream_);
   if (!s.ok()) broken_ = s.WithContext("offload: copying updated parameters to the device");
   stats_.host_to_device_bytes += t.param_bytes;

@@ -26,6 +26,7 @@
 
 #include "offload/pinned_buffer_pool.h"
 #include "runtime/base/status.h"
+#include "runtime/base/trace_recorder.h"
 #include "runtime/device/device.h"
 
 namespace zs {
@@ -54,8 +55,11 @@ class TileCopyPipeline {
  public:
   // max_bytes: the largest grad_bytes or param_bytes of any tile that is copied; 0 when nothing
   // is (every tile's arrays are used in place): then no buffer or stream is created.
+  // trace (not owned, may be null): each copy becomes a span on track "copy d2h" or "copy h2d",
+  // timed on the stream itself (host functions around the copy).
   static StatusOr<std::unique_ptr<TileCopyPipeline>> Create(Device& device, int64_t max_bytes,
-                                                            bool pin);
+                                                            bool pin,
+                                                            TraceRecorder* trace = nullptr);
   ~TileCopyPipeline();
 
   Status Begin(std::vector<TileCopy> tiles);
@@ -68,6 +72,8 @@ class TileCopyPipeline {
  private:
   TileCopyPipeline(Device& device) : device_(device) {}
   Status StartGradCopy(int tile);
+  // Queues the copy (bracketed by trace spans when tracing).
+  Status QueueCopy(void* dst, const void* src, int64_t bytes, bool to_device);
   Status Wait(Event& event);
 
   Device& device_;
@@ -81,6 +87,8 @@ class TileCopyPipeline {
   int next_ = 0;           // the next tile to acquire
   TileCopyStats stats_;
   Status broken_;
+  TraceRecorder* trace_ = nullptr;
+  int trace_track_[2] = {-1, -1};  // [to_device]
 };
 
 }  // namespace zs

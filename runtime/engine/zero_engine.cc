@@ -19,6 +19,7 @@
 #include "optimizers/optimizer_spec.h"
 #include "optimizers/state_codec.h"
 #include "runtime/base/check.h"
+#include "runtime/base/trace_recorder.h"
 #include "runtime/engine/loss_scaler.h"
 #include "runtime/engine/step_memory_plan.h"
 #include "runtime/gather/gather_coordinator.h"
@@ -35,6 +36,30 @@ DType ComputeDType(const EngineConfig& config) {
   if (config.bf16.enabled) return DType::kBF16;
   if (config.fp16.enabled) return DType::kF16;
   return DType::kF32;
+}
+
+// [Note: unit phases] Where a unit is in the micro-batch, whatever its brackets' nesting:
+//   kIdle      no bracket of this micro-batch yet (and none open); no gradient staging. Step
+//              requires every unit here.
+//   kForward   forward brackets opened (forward_uses > 0); no gradient yet. A unit used twice
+//              in a forward (weight sharing) stays here.
+//   kBackward  its first backward bracket opened: the fp32 gradient staging exists and
+//              accumulates until the last backward bracket (backward_done == forward_uses)
+//              hands it to the reducer, frees it and returns the unit to kIdle.
+// The parameters are materialized (gathered at stage 3, widened with bf16/fp16 compute) while
+// any bracket is open, in kForward or kBackward. MoveUnit is the one place phases change.
+enum class UnitPhase : uint8_t { kIdle, kForward, kBackward };
+
+std::string_view UnitPhaseName(UnitPhase p) {
+  switch (p) {
+    case UnitPhase::kIdle:
+      return "idle";
+    case UnitPhase::kForward:
+      return "forward";
+    case UnitPhase::kBackward:
+      return "backward";
+  }
+  return "?";
 }
 
 // One rank's storage and per-micro-batch bookkeeping for one unit.
@@ -57,15 +82,18 @@ struct UnitState {
   int64_t param_base = 0;  // unit offset of params' first element
   int64_t grad_base = 0;   // unit offset of grads' first element
 
-  // Micro-batch state (see the bracket rules in unit_access.h).
-  int forward_uses = 0;   // forward brackets opened this micro-batch
-  int backward_done = 0;  // backward brackets closed this micro-batch
+  // Micro-batch state (see the bracket rules in unit_access.h): the phase, moved only by
+  // MoveUnit, and counts within it.
+  UnitPhase phase = UnitPhase::kIdle;
+  int forward_uses = 0;   // forward brackets opened this micro-batch (kForward, kBackward)
+  int backward_done = 0;  // backward brackets closed this micro-batch (kBackward)
   int open = 0;           // brackets open now (forward and backward, nested)
   int open_backward = 0;
-  const void* full = nullptr;  // the full parameters (compute dtype) while open
-  DeviceBuffer view;           // fp32 widening of `full` while open (bf16/fp16 compute)
-  DeviceBuffer grad_staging;   // fp32 padded unit gradient while in backward
+  const void* full = nullptr;  // the full parameters (compute dtype) while open > 0
+  DeviceBuffer view;           // fp32 widening of `full` while open > 0 (bf16/fp16 compute)
+  DeviceBuffer grad_staging;   // fp32 padded unit gradient: exactly in kBackward
   int64_t reduced = 0;         // micro-batches reduced since the last Step
+  TraceRecorder::Clock::time_point opened;  // when open went 0 -> 1 (trace spans)
 };
 
 // [Note: optimizer tiles] A rank's optimizer range of a unit is stepped in tiles: the whole
@@ -109,15 +137,25 @@ uint64_t Fnv1a(uint64_t h, const void* data, size_t bytes) {
 
 class ZeroEngine::Impl {
  public:
-  Impl(const EngineConfig& config, ModelSpec model, Device& device, Communicator& dp)
-      : config_(config),
+  Impl(const EngineConfig& config, ModelSpec model, Device& device, Communicator& dp,
+       TraceRecorder* trace)
+      : trace_(trace),
+        config_(config),
         model_(std::move(model)),
         device_(device),
         dp_(dp),
         dtype_(ComputeDType(config)),
         scaler_(config.fp16),
         schedule_(MakeLrSchedule(config.scheduler, config.optimizer.lr)),
-        optimizer_(int(config.zerostack.optimizer_threads)) {}
+        optimizer_(int(config.zerostack.optimizer_threads)) {
+    if (trace_ != nullptr) {
+      track_step_ = trace_->Track("engine step");
+      track_compute_ = trace_->Track("compute");
+      track_gather_ = trace_->Track("gather");
+      track_reduce_ = trace_->Track("reduce");
+      track_optimizer_ = trace_->Track("optimizer");
+    }
+  }
 
   Status Init(const ParamInit& init);
 
@@ -134,6 +172,7 @@ class ZeroEngine::Impl {
   StatusOr<std::vector<double>> AllGatherDouble(double local);
   StatusOr<std::vector<float>> GatherMasterUnit(int unit);
   Status AllGatherUpdatedParams();
+  void MoveUnit(int unit, UnitPhase to);
   // Lays out the optimizer tiles and creates the ShardStore and the copy pipeline.
   Status CreateOptimizerStore();
   // Writes a unit's initial master values (over its optimizer range) and initial states.
@@ -154,6 +193,10 @@ class ZeroEngine::Impl {
   StepMemoryPlan PlanStepMemory(const OptimizerHyper& hyper) const;
   int64_t MicroBatchesPending() const;
 
+  // Not owned (Create's `trace`), may be null; the engine's tracks in it.
+  TraceRecorder* trace_ = nullptr;
+  int track_compute_ = -1, track_gather_ = -1, track_reduce_ = -1, track_step_ = -1,
+      track_optimizer_ = -1;
   const EngineConfig config_;
   const ModelSpec model_;
   Device& device_;
@@ -375,29 +418,49 @@ Status ZeroEngine::Impl::CheckUnit(int unit) const {
   return OkStatus();
 }
 
+// [Note: unit phases] The one transition point.
+void ZeroEngine::Impl::MoveUnit(int unit, UnitPhase to) {
+  UnitState& s = units_[size_t(unit)];
+  const UnitPhase from = s.phase;
+  const bool ok = (from == UnitPhase::kIdle && to == UnitPhase::kForward) ||
+                  (from == UnitPhase::kForward && to == UnitPhase::kBackward) ||
+                  (from == UnitPhase::kBackward && to == UnitPhase::kIdle);
+  ZS_CHECK(ok, "unit '{}': {} -> {} is not a phase transition", model_.units[size_t(unit)].name,
+           UnitPhaseName(from), UnitPhaseName(to));
+  ZS_CHECK(to != UnitPhase::kIdle || (s.open_backward == 0 && !s.grad_staging),
+           "unit '{}' idle with backward brackets open or gradient staging held",
+           model_.units[size_t(unit)].name);
+  s.phase = to;
+}
+
 Status ZeroEngine::Impl::Begin(int unit, bool backward) {
   ZS_RETURN_IF_ERROR(CheckUnit(unit));
   UnitState& s = units_[unit];
   const std::string& name = model_.units[unit].name;
   if (backward) {
-    ZS_CHECK(s.backward_done + s.open_backward < s.forward_uses,
+    ZS_CHECK(s.phase != UnitPhase::kIdle &&
+                 s.backward_done + s.open_backward < s.forward_uses,
              "BeginBackward(unit '{}'): its forward was bracketed {} times and {} backward "
              "brackets are already open or done",
              name, s.forward_uses, s.backward_done + s.open_backward);
-    if (!s.grad_staging) {
+    if (s.phase == UnitPhase::kForward) {
       ZS_ASSIGN_OR_RETURN(s.grad_staging,
                           Alloc(s.layout.padded_size(), DType::kF32, MemoryCategory::kCommBuffers,
                                 "gradient staging", unit));
       std::memset(s.grad_staging.data(), 0, s.grad_staging.size());
+      MoveUnit(unit, UnitPhase::kBackward);
     }
     ++s.open_backward;
   } else {
-    ZS_CHECK(s.backward_done == 0 && s.open_backward == 0,
+    ZS_CHECK(s.phase != UnitPhase::kBackward,
              "BeginForward(unit '{}') while its backward is under way", name);
+    if (s.phase == UnitPhase::kIdle) MoveUnit(unit, UnitPhase::kForward);
     ++s.forward_uses;
   }
   if (s.open++ > 0) return OkStatus();
+  s.opened = TraceRecorder::Clock::now();
   if (gatherer_ != nullptr) {
+    TraceRecorder::Span span = TraceRecorder::Begin(trace_, track_gather_, "gather " + name);
     auto full = gatherer_->Acquire(unit);
     if (!full.ok()) {
       return Status(full.status().code(),
@@ -427,8 +490,11 @@ Status ZeroEngine::Impl::End(int unit, bool backward) {
     --s.open_backward;
     if (++s.backward_done == s.forward_uses) {
       // The unit's gradient is complete: hand it to the reducer and free the staging.
-      status = reducer_->ReduceUnit(unit, s.grad_staging.data_as<float>(), s.grads.data(),
-                                    /*accumulate=*/s.reduced > 0);
+      {
+        TraceRecorder::Span span = TraceRecorder::Begin(trace_, track_reduce_, "reduce " + name);
+        status = reducer_->ReduceUnit(unit, s.grad_staging.data_as<float>(), s.grads.data(),
+                                      /*accumulate=*/s.reduced > 0);
+      }
       if (!status.ok()) {
         status = Status(status.code(), fmt::format("reducing the gradient of unit '{}': {}", name,
                                                    status.message()));
@@ -437,9 +503,14 @@ Status ZeroEngine::Impl::End(int unit, bool backward) {
       ++s.reduced;
       s.forward_uses = 0;
       s.backward_done = 0;
+      MoveUnit(unit, UnitPhase::kIdle);
     }
   }
   if (--s.open > 0) return status;
+  if (trace_ != nullptr) {
+    trace_->Record(track_compute_, fmt::format("{} {}", backward ? "backward" : "forward", name),
+                   s.opened, TraceRecorder::Clock::now());
+  }
   s.view.Reset();
   s.full = nullptr;
   if (gatherer_ != nullptr) {
@@ -493,11 +564,15 @@ StatusOr<StepResult> ZeroEngine::Impl::Step() {
     return std::chrono::duration<double>(Clock::now() - t).count();
   };
   const Clock::time_point step_start = Clock::now();
-  ZS_RETURN_IF_ERROR(reducer_->Finish());
+  TraceRecorder::Span step_span = TraceRecorder::Begin(trace_, track_step_, "step");
+  {
+    TraceRecorder::Span span = TraceRecorder::Begin(trace_, track_reduce_, "finish reductions");
+    ZS_RETURN_IF_ERROR(reducer_->Finish());
+  }
   const int64_t ga = config_.gradient_accumulation_steps;
   for (size_t u = 0; u < units_.size(); ++u) {
     const UnitState& s = units_[u];
-    if (s.reduced != ga || s.open > 0 || s.forward_uses > 0) {
+    if (s.reduced != ga || s.open > 0 || s.phase != UnitPhase::kIdle) {
       return FailedPreconditionError(fmt::format(
           "Step(): unit '{}' completed {} micro-batches (forward brackets open: {}, forward uses "
           "without backward: {}); gradient_accumulation_steps is {}",
@@ -561,6 +636,8 @@ StatusOr<StepResult> ZeroEngine::Impl::Step() {
     t.nvme_written_bytes = st.bytes_written - store_before.bytes_written;
   }
   const Clock::time_point gather_start = Clock::now();
+  TraceRecorder::Span gather_span =
+      TraceRecorder::Begin(trace_, track_gather_, "all-gather updated parameters");
   // Stages 1 and 2: every rank updated its shard of the resident parameters; gather the rest,
   // in place, unit by unit, with at most allgather_bucket_size elements in flight (at least one
   // unit) so a transport's staging stays bounded.
@@ -714,11 +791,12 @@ Status ZeroEngine::Impl::CreateOptimizerStore() {
       options.nvme.overlap_events = config_.aio.overlap_events;
       break;
   }
+  options.trace = trace_;
   ZS_ASSIGN_OR_RETURN(states_, ShardStore::Create(options, std::move(shapes), device_));
   // Copies around the step exist only when the optimizer is off the device (ZeRO-Offload).
   const bool copy = optimizer_offload() != OffloadDevice::kNone;
   ZS_ASSIGN_OR_RETURN(copies_, TileCopyPipeline::Create(device_, copy ? largest_copy : 0,
-                                                        offload.pin_memory));
+                                                        offload.pin_memory, trace_));
   return OkStatus();
 }
 
@@ -789,7 +867,12 @@ Status ZeroEngine::Impl::StepTiles(const OptimizerHyper& hyper, float grad_scale
     // The stochastic-rounding stream of this unit and range (bf16 states), at the tile's place.
     shard.seed = (uint64_t(tile.unit) << 40) ^ uint64_t(s.opt_begin);
     shard.index_base = tile.begin;
-    optimizer_.Step(hyper, shard);
+    {
+      TraceRecorder::Span span = TraceRecorder::Begin(
+          trace_, track_optimizer_, "step " + states_->shape(int(t)).name,
+          fmt::format(R"({{"elements":{}}})", tile.size()));
+      optimizer_.Step(hyper, shard);
+    }
     ZS_RETURN_IF_ERROR(copies_->Release(int(t)));
     ZS_RETURN_IF_ERROR(states_->Release(int(t), /*dirty=*/true));
   }
@@ -859,7 +942,8 @@ StatusOr<std::vector<float>> ZeroEngine::Impl::GatherMasterUnit(int unit) {
 
 StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(const EngineConfig& config,
                                                          ModelSpec model, const ParamInit& init,
-                                                         Device& device, Communicator& dp) {
+                                                         Device& device, Communicator& dp,
+                                                         TraceRecorder* trace) {
   ZS_RETURN_IF_ERROR(model.Validate());
   ZS_RETURN_IF_ERROR(config.ValidateForWorld(dp.size()));
   if (device.kind() != DeviceKind::kCpu) {
@@ -875,7 +959,7 @@ StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(const EngineConfig& con
         "their gradients; set it to true",
         zero.stage));
   }
-  auto impl = std::make_unique<Impl>(config, std::move(model), device, dp);
+  auto impl = std::make_unique<Impl>(config, std::move(model), device, dp, trace);
   ZS_RETURN_IF_ERROR(impl->Init(init));
   return std::unique_ptr<ZeroEngine>(new ZeroEngine(std::move(impl)));
 }

@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "runtime/base/status.h"
+#include "runtime/base/trace_recorder.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/device/device.h"
 #include "runtime/engine/engine_config.h"
@@ -107,9 +108,15 @@ struct GatherReport {  // stage 3 counters (zero for other stages)
 
 class ZeroEngine final : public UnitAccess {
  public:
+  // `trace` (not owned, may be null; must outlive the engine): the engine records its work as
+  // spans on its own tracks: "compute" (each unit's forward and backward brackets), "gather"
+  // (stage 3 all-gathers the host waited for, and the stage 1/2 parameter all-gather), "reduce"
+  // (gradient hand-offs and the step's finish), "optimizer" (each tile's step), "engine step",
+  // and with offload "copy d2h", "copy h2d", "nvme read", "nvme write" and "offload wait".
   static StatusOr<std::unique_ptr<ZeroEngine>> Create(const EngineConfig& config, ModelSpec model,
                                                       const ParamInit& init, Device& device,
-                                                      Communicator& dp);
+                                                      Communicator& dp,
+                                                      TraceRecorder* trace = nullptr);
   ~ZeroEngine() override;
 
   // UnitAccess.

@@ -49,8 +49,10 @@ StatusOr<RunResult> Train(const RunSpec& spec) {
           }
         }
         ZS_ASSIGN_OR_RETURN(auto device, CreateDevice(spec.device, tracker));
-        ZS_ASSIGN_OR_RETURN(auto engine, ZeroEngine::Create(spec.config, std::move(model_spec),
-                                                            model.Init(7), *device, comm));
+        ZS_ASSIGN_OR_RETURN(
+            auto engine,
+            ZeroEngine::Create(spec.config, std::move(model_spec), model.Init(7), *device, comm,
+                               spec.traces.empty() ? nullptr : spec.traces[size_t(rank)]));
         std::vector<float> x, y;
         for (int step = 0; step < spec.steps; ++step) {
           double loss = 0;

@@ -28,6 +28,8 @@ struct RunSpec {
   std::string device = "cpu";  // a CreateDevice spec ("budgeted-cpu:64K")
   // Called on every rank after each step (e.g. to read the engine's reports).
   std::function<Status(int rank, int step, ZeroEngine&)> after_step;
+  // Empty, or one recorder per rank (not owned) that the engines trace into.
+  std::vector<TraceRecorder*> traces;
 };
 
 struct RunResult {

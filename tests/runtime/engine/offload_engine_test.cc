@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "offload/pinned_buffer_pool.h"
@@ -195,6 +197,53 @@ TEST(OffloadEngine, StepReportsWhatMovedAndWhereTheTimeWent) {
     EXPECT_GE(s.times.optimizer_seconds, 0.0);
   }
   EXPECT_FALSE(fs::exists(files.back())) << "removed on clean shutdown";
+}
+
+// The trace shows every kind of work on its own track, per rank, as Chrome trace events.
+TEST(OffloadEngine, TraceHasATrackForEveryKindOfWork) {
+  SwapDir dir;
+  for (int stage : {1, 3}) {
+    SCOPED_TRACE(fmt::format("stage {}", stage));
+    TraceRecorder r0(0), r1(1);
+    RunSpec spec;
+    spec.widths = kWideWidths;
+    spec.world = 2;
+    spec.steps = 2;
+    spec.traces = {&r0, &r1};
+    spec.config = WithOffload(BaseConfig(stage),
+                              {"nvme", OffloadDevice::kNvme, false, 3, true, 65536}, dir.str());
+    spec.config.zero_optimization.stage3_param_persistence_threshold = 0;
+    auto r = Train(spec);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    for (TraceRecorder* trace : {&r0, &r1}) {
+      const nlohmann::json json = nlohmann::json::parse(trace->ToJson());
+      std::map<int, std::string> track_names;
+      std::map<std::string, int> spans;
+      for (const auto& e : json["traceEvents"]) {
+        if (e["ph"] == "M" && e["name"] == "thread_name") {
+          track_names[e["tid"].get<int>()] = e["args"]["name"].get<std::string>();
+        }
+      }
+      for (const auto& e : json["traceEvents"]) {
+        if (e["ph"] != "X") continue;
+        EXPECT_EQ(e["pid"].get<int>(), TracePid(trace->rank()));
+        EXPECT_GE(e["dur"].get<double>(), 0.0);
+        ++spans[track_names[e["tid"].get<int>()]];
+      }
+      std::vector<std::string> expected = {"compute", "reduce",    "optimizer",  "engine step",
+                                           "gather",  "nvme read", "nvme write", "offload wait"};
+      if (stage == 1) {
+        expected.push_back("copy d2h");  // the stage 1 gradient goes to the host per tile
+        expected.push_back("copy h2d");
+      }
+      for (const std::string& track : expected) {
+        EXPECT_GT(spans[track], 0) << "no spans on track '" << track << "', rank " << trace->rank();
+      }
+      // Each unit's forward and backward, per micro-batch, per step.
+      EXPECT_EQ(spans["compute"], 2 * 2 * int(kWideWidths.size() - 1));
+      EXPECT_EQ(spans["engine step"], 2);
+    }
+  }
 }
 
 TEST(OffloadEngine, OptimizerStatesBeyondTheDeviceBudgetTrainWithOffload) {
