@@ -8,7 +8,8 @@
 // global batch (micro batch x accumulation steps x world), so runs that split one global batch
 // differently see the same samples every step; the loss printed is the global mean.
 // --report writes a JSON file with every step's loss and time, the digest of the fp32 master
-// parameters, and each rank's peak bytes by tier and category.
+// parameters, and each rank's peak bytes by tier and category. --trace writes each rank's
+// Chrome/Perfetto trace (compute, gathers, reductions, optimizer tiles, offload I/O and copies).
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -23,6 +24,7 @@
 
 #include "examples/train_gpt/batch_sampler.h"
 #include "examples/train_gpt/char_corpus.h"
+#include "runtime/base/trace_recorder.h"
 #include "runtime/comm/backend_registry.h"
 #include "runtime/comm/connect.h"
 #include "runtime/comm/local_ranks.h"
@@ -50,6 +52,7 @@ struct Args {
   std::string report;
   int print_every = 10;
   std::string device = "cpu";
+  std::string trace;  // Chrome trace per rank: trace.json -> trace.rank<r>.json
 };
 
 // What every rank contributes to the report (rank 0 writes it).
@@ -120,8 +123,10 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
   gpt_config.hidden = args.hidden;
   gpt_config.heads = args.heads;
   ZS_ASSIGN_OR_RETURN(auto gpt, nn::Gpt::Create(gpt_config, &tracker));
-  ZS_ASSIGN_OR_RETURN(auto engine,
-                      ZeroEngine::Create(config, gpt->spec(), gpt->Init(args.seed), *device, comm));
+  std::unique_ptr<TraceRecorder> trace;
+  if (!args.trace.empty()) trace = std::make_unique<TraceRecorder>(rank);
+  ZS_ASSIGN_OR_RETURN(auto engine, ZeroEngine::Create(config, gpt->spec(), gpt->Init(args.seed),
+                                                      *device, comm, trace.get()));
 
   BatchSplit split;
   split.world_size = world;
@@ -140,9 +145,18 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
         int64_t(psi), args.layers, args.hidden, args.heads, gpt_config.vocab, T, engine->stage(),
         world, comm.backend_name(), DTypeName(engine->compute_dtype()), split.global_batch(), T);
     fmt::print("optimizer: {}\n", engine->optimizer_summary());
+    const OffloadReport o = engine->offload_report();
+    if (o.optimizer_tier != "device" || o.parameter_tier != "device") {
+      fmt::print("offload: optimizer states in {}{}, {} tiles; parameter shards in {}\n",
+                 o.optimizer_tier,
+                 o.nvme_file.empty() ? "" : fmt::format(" ({}, {})", o.nvme_file, o.io_backend),
+                 o.tiles, o.parameter_tier);
+    }
   }
 
   nlohmann::json steps_json = nlohmann::json::array();
+  StepTimes last_times;
+  double step_seconds_total = 0.0, optimizer_seconds_total = 0.0;
   std::vector<double> losses, times;
   const double tokens_per_step = double(split.global_batch() * T);
   auto run_start = std::chrono::steady_clock::now();
@@ -160,13 +174,27 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     losses.push_back(mean_loss);
     times.push_back(seconds);
+    const StepTimes& t = result.times;
     steps_json.push_back({{"step", step},
                           {"loss", mean_loss},
                           {"seconds", seconds},
                           {"lr", result.lr},
                           {"grad_norm", result.grad_norm},
                           {"loss_scale", result.loss_scale},
-                          {"skipped", result.skipped}});
+                          {"skipped", result.skipped},
+                          {"rank0_step_times",
+                           {{"collective_seconds", t.collective_seconds},
+                            {"optimizer_seconds", t.optimizer_seconds},
+                            {"copy_wait_seconds", t.copy_wait_seconds},
+                            {"nvme_read_wait_seconds", t.nvme_read_wait_seconds},
+                            {"nvme_write_wait_seconds", t.nvme_write_wait_seconds},
+                            {"device_to_host_bytes", t.device_to_host_bytes},
+                            {"host_to_device_bytes", t.host_to_device_bytes},
+                            {"nvme_read_bytes", t.nvme_read_bytes},
+                            {"nvme_written_bytes", t.nvme_written_bytes}}}});
+    last_times = t;
+    step_seconds_total += seconds;
+    optimizer_seconds_total += t.optimizer_seconds;
     if (step % args.print_every == 0 || step + 1 == args.steps) {
       // Every rank takes part (the condition is the same everywhere); rank 0 prints.
       ZS_ASSIGN_OR_RETURN(auto peaks, GatherPeaks(comm, tracker.Snapshot()));
@@ -190,7 +218,46 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
       std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
   ZS_ASSIGN_OR_RETURN(uint64_t digest, engine->MasterDigest());
   ZS_ASSIGN_OR_RETURN(auto peaks, GatherPeaks(comm, tracker.Snapshot()));
+  if (trace != nullptr) {
+    const std::string path = TracePathForRank(args.trace, rank);
+    ZS_RETURN_IF_ERROR(trace->WriteJson(path));
+    if (lead) {
+      fmt::print("trace: {} spans per rank in {} (open in ui.perfetto.dev)\n", trace->size(),
+                 TracePathForRank(args.trace, 0));
+    }
+  }
+  const OffloadReport offload = engine->offload_report();
   if (!lead) return OkStatus();
+
+  // Where the time and the bytes went (rank 0), and the peak of every memory tier.
+  {
+    const auto& v = peaks[0];
+    std::string tiers;
+    for (int t = 0; t < kNumMemoryTiers; ++t) {
+      const int64_t peak = v[size_t(kNumMemoryTiers * kNumMemoryCategories + t)];
+      if (peak > 0) {
+        tiers += fmt::format("{}{} {}", tiers.empty() ? "" : ", ", MemoryTierName(MemoryTier(t)),
+                             FormatBytes(peak));
+      }
+    }
+    fmt::print("\npeak memory by tier (rank 0): {}\n", tiers);
+    const OffloadReport& o = offload;
+    fmt::print(
+        "time (rank 0): {:.2f} s in steps, of which the optimizer kernels {:.2f} s; last step: "
+        "optimizer {:.3f} s, collectives {:.3f} s, waiting on copies {:.3f} s, NVMe reads "
+        "{:.3f} s, NVMe writes {:.3f} s\n",
+        step_seconds_total, optimizer_seconds_total, last_times.optimizer_seconds,
+        last_times.collective_seconds, last_times.copy_wait_seconds,
+        last_times.nvme_read_wait_seconds, last_times.nvme_write_wait_seconds);
+    if (o.optimizer_tier != "device") {
+      fmt::print(
+          "offload moved (rank 0): device->host {}, host->device {}, NVMe read {}, NVMe written "
+          "{} ({} tile reads waited for from the start, {} prefetched)\n",
+          FormatBytes(o.device_to_host_bytes), FormatBytes(o.host_to_device_bytes),
+          FormatBytes(o.nvme_read_bytes), FormatBytes(o.nvme_written_bytes), o.nvme_demand_reads,
+          o.nvme_prefetch_hits);
+    }
+  }
 
   // The measured states beside what the ZeRO formulas give for every stage.
   const double c = double(DTypeSize(engine->compute_dtype()));
@@ -255,6 +322,19 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
                         {"reuse_hits", g.reuse_hits},
                         {"trace_invalidations", g.trace_invalidations},
                         {"peak_live_elements", g.peak_live_elements}};
+    report["offload"] = {{"optimizer_tier", offload.optimizer_tier},
+                         {"parameter_tier", offload.parameter_tier},
+                         {"io_backend", offload.io_backend},
+                         {"tiles", offload.tiles},
+                         {"device_to_host_bytes", offload.device_to_host_bytes},
+                         {"host_to_device_bytes", offload.host_to_device_bytes},
+                         {"nvme_read_bytes", offload.nvme_read_bytes},
+                         {"nvme_written_bytes", offload.nvme_written_bytes},
+                         {"nvme_demand_reads", offload.nvme_demand_reads},
+                         {"nvme_prefetch_hits", offload.nvme_prefetch_hits},
+                         {"copy_wait_seconds", offload.copy_wait_seconds},
+                         {"nvme_read_wait_seconds", offload.nvme_read_wait_seconds},
+                         {"nvme_write_wait_seconds", offload.nvme_write_wait_seconds}};
     std::ofstream out(args.report);
     out << report.dump(2) << "\n";
     if (!out) return IoError(fmt::format("cannot write report '{}'", args.report));
@@ -291,6 +371,8 @@ int main(int argc, char** argv) {
   app.add_option("--print-every", args.print_every, "progress line every N steps")
       ->check(CLI::Range(1, 1 << 30));
   app.add_option("--device", args.device, "device of each rank: cpu or budgeted-cpu:SIZE");
+  app.add_option("--trace", args.trace,
+                 "write a Chrome/Perfetto trace per rank (FILE.json -> FILE.rank<r>.json)");
   CLI11_PARSE(app, argc, argv);
 
   if (!args.config_path.empty()) {

@@ -759,6 +759,8 @@ double SchedulerConfig::LearningRate(int64_t step, double base_lr) const {
   return MakeLrSchedule(*this, base_lr)->At(step);
 }
 
+Status EngineConfig::Validate() const { return CheckCombinations(*this); }
+
 Status EngineConfig::ValidateForWorld(int dp_world_size) const {
   if (dp_world_size < 1) {
     return InvalidArgumentError(

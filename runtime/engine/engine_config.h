@@ -180,6 +180,9 @@ struct EngineConfig {
   SchedulerConfig scheduler;
   ZerostackConfig zerostack;
 
+  // The checks across keys that parsing makes (fp16 with bf16, offload at a stage without that
+  // shard, ...), for configs changed after parsing (a command line's --stage).
+  Status Validate() const;
   // Checks that need the world size: train_batch_size (if given) ==
   // micro batch * accumulation steps * dp_world_size, naming all four.
   Status ValidateForWorld(int dp_world_size) const;

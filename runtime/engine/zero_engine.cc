@@ -945,6 +945,7 @@ StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(const EngineConfig& con
                                                          Device& device, Communicator& dp,
                                                          TraceRecorder* trace) {
   ZS_RETURN_IF_ERROR(model.Validate());
+  ZS_RETURN_IF_ERROR(config.Validate());
   ZS_RETURN_IF_ERROR(config.ValidateForWorld(dp.size()));
   if (device.kind() != DeviceKind::kCpu) {
     return UnimplementedError(fmt::format(

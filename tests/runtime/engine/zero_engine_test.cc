@@ -452,6 +452,12 @@ TEST(ZeroEngine, RejectsWhatItCannotRun) {
     config.train_batch_size = 7;
     engine = ZeroEngine::Create(config, model.Spec(), model.Init(1), **device, comm);
     EXPECT_FALSE(engine.ok());
+    // A config changed after parsing is checked again: offload at stage 0 has nothing to move.
+    config = BaseConfig(0);
+    config.zero_optimization.offload_optimizer.device = OffloadDevice::kCpu;
+    engine = ZeroEngine::Create(config, model.Spec(), model.Init(1), **device, comm);
+    EXPECT_EQ(engine.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(engine.status().message().find("offload_optimizer.device"), std::string::npos);
     return OkStatus();
   });
   EXPECT_TRUE(status.ok()) << status.ToString();
