@@ -53,6 +53,7 @@ struct Args {
   int print_every = 10;
   std::string device = "cpu";
   std::string trace;  // Chrome trace per rank: trace.json -> trace.rank<r>.json
+  std::string nvme_path;  // overrides offload_optimizer/offload_param.nvme_path
 };
 
 // What every rank contributes to the report (rank 0 writes it).
@@ -371,6 +372,9 @@ int main(int argc, char** argv) {
   app.add_option("--print-every", args.print_every, "progress line every N steps")
       ->check(CLI::Range(1, 1 << 30));
   app.add_option("--device", args.device, "device of each rank: cpu or budgeted-cpu:SIZE");
+  app.add_option("--nvme-path", args.nvme_path,
+                 "directory for NVMe offload files (overrides the config's nvme_path keys)")
+      ->check(CLI::ExistingDirectory);
   app.add_option("--trace", args.trace,
                  "write a Chrome/Perfetto trace per rank (FILE.json -> FILE.rank<r>.json)");
   CLI11_PARSE(app, argc, argv);
@@ -385,6 +389,14 @@ int main(int argc, char** argv) {
   }
   if (args.micro_batch > 0) shared.config.train_micro_batch_size_per_gpu = args.micro_batch;
   if (args.stage >= 0) shared.config.zero_optimization.stage = args.stage;
+  if (!args.nvme_path.empty()) {
+    shared.config.zero_optimization.offload_optimizer.nvme_path = args.nvme_path;
+    shared.config.zero_optimization.offload_param.nvme_path = args.nvme_path;
+  }
+  if (Status valid = shared.config.Validate(); !valid.ok()) {
+    fmt::print(stderr, "train_gpt: {}\n", valid.ToString());
+    return 2;
+  }
 
   auto corpus = args.corpus.empty() ? CharCorpus::Load(DefaultTrainGptCorpusPath())
                                     : CharCorpus::Load(args.corpus);
