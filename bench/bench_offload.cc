@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -21,6 +22,12 @@
 
 #include "offload/block_checksum.h"
 #include "offload/nvme_store.h"
+#include "offload/shard_store.h"
+#include "offload/tile_copy_pipeline.h"
+#include "optimizers/cpu_optimizer.h"
+#include "optimizers/optimizer_spec.h"
+#include "runtime/base/dtype.h"
+#include "runtime/device/cpu_device.h"
 #include "runtime/base/env.h"
 #include "runtime/base/splitmix64.h"
 
@@ -105,6 +112,27 @@ void RawODirect(benchmark::State& state, bool write) {
   }
   state.SetBytesProcessed(state.iterations() * Config().bytes);
 }
+// The raw O_DIRECT bandwidth in bytes/s (best of 3 passes over Config().bytes), measured once
+// per process and cached: the baseline every ratio counter below divides by.
+double RawBandwidth(bool write) {
+  static const std::pair<double, double> read_write = [] {
+    RawFile file;
+    ZS_CHECK(file.error().empty(), "{} {}", file.error(), file.path());
+    double best[2] = {0, 0};
+    for (int pass = 0; pass < 3; ++pass) {
+      for (bool w : {true, false}) {
+        const auto t0 = std::chrono::steady_clock::now();
+        ZS_CHECK(file.Pass(w, Buffer(w)), "raw O_DIRECT pass on {}", file.path());
+        const double s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        best[w] = std::max(best[w], double(Config().bytes) / s);
+      }
+    }
+    return std::make_pair(best[0], best[1]);
+  }();
+  return write ? read_write.second : read_write.first;
+}
+
 void BM_RawODirectWrite(benchmark::State& state) { RawODirect(state, /*write=*/true); }
 void BM_RawODirectRead(benchmark::State& state) { RawODirect(state, /*write=*/false); }
 BENCHMARK(BM_RawODirectWrite)->UseRealTime()->Unit(benchmark::kMillisecond);
@@ -130,12 +158,18 @@ void Store(benchmark::State& state, bool write) {
       return state.SkipWithError(s.ToString().c_str());
     }
   }
+  const double raw = RawBandwidth(write);  // measured before the timed loop, same file size
+  double seconds = 0;
   for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
     Status s =
         write ? (*store)->Write(0, Buffer(true), bytes) : (*store)->Read(0, Buffer(false), bytes);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!s.ok()) return state.SkipWithError(s.ToString().c_str());
   }
   state.SetBytesProcessed(state.iterations() * bytes);
+  // The goal: at least 0.9 of the raw O_DIRECT bandwidth of this run.
+  state.counters["vs_raw"] = double(state.iterations() * bytes) / seconds / raw;
 }
 void BM_NvmeStoreWrite(benchmark::State& state) { Store(state, /*write=*/true); }
 void BM_NvmeStoreRead(benchmark::State& state) { Store(state, /*write=*/false); }
@@ -151,6 +185,183 @@ void StoreArgs(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_NvmeStoreWrite)->Apply(StoreArgs);
 BENCHMARK(BM_NvmeStoreRead)->Apply(StoreArgs);
+
+// ---- the optimizer step with offloaded states --------------------------------------------------
+//
+// What the engine's StepTiles does (acquire, step, release), without a model or a network: one
+// rank's AdamW step over ZS_BENCH_STEP_PARAMS elements (default 16M) with fp32 states and bf16
+// gradients and parameters, in tiles of 4M elements (sub_group_size), with the states in device
+// memory (the baseline), in host memory (cpu offload) or in an NVMe file (nvme offload, 4
+// buffers, reads and writes pipelined). Each benchmark measures the in-memory step in the same
+// run and reports its own time against it:
+//   vs_in_memory   step time / in-memory step time (cpu offload goal: <= 1.15)
+//   vs_goal        nvme: step time / max(in-memory step, disk floor) (goal: <= 1.2), where the
+//                  disk floor is bytes read / raw read bandwidth + bytes written / raw write
+//                  bandwidth (RawBandwidth, this run, same file system)
+//   disk_fraction  nvme: disk floor / step time, the share of the disk's bandwidth sustained
+
+enum class StepTier { kInMemory = 0, kCpu, kCpuHostGrads, kNvme };
+
+class StepBench {
+ public:
+  static constexpr int64_t kTile = 4 << 20;
+
+  StepBench(StepTier tier, int64_t n) : tier_(tier), n_(n), device_(tracker_) {
+    auto alloc = [&](int64_t bytes, MemoryTier t) {
+      auto b = device_.Allocate(size_t(bytes), t, MemoryCategory::kOther);
+      ZS_CHECK(b.ok(), "{}", b.status().ToString());
+      std::memset(b->data(), 0, b->size());
+      return std::move(*b);
+    };
+    const bool host_grads = tier == StepTier::kCpuHostGrads || tier == StepTier::kNvme;
+    grads_ = alloc(2 * n, host_grads ? MemoryTier::kHost : MemoryTier::kDevice);
+    params_ = alloc(2 * n, MemoryTier::kDevice);
+    for (int64_t i = 0; i < n; ++i) {
+      StoreFromFloat(grads_.data(), DType::kBF16, size_t(i), float(int(i % 17) - 8) * 1e-3f);
+    }
+    ShardStoreOptions options;
+    options.what = "bench states";
+    options.tier = tier == StepTier::kInMemory ? MemoryTier::kDevice
+                   : tier == StepTier::kNvme   ? MemoryTier::kNvme
+                                               : MemoryTier::kHost;
+    options.nvme.dir = Config().dir;
+    options.nvme.name = "bench-step";
+    options.buffer_count = 4;
+    std::vector<SlotShape> shapes;
+    for (int64_t b = 0; b < n; b += kTile) {
+      const int64_t t = std::min(kTile, n - b);
+      shapes.push_back({fmt::format("[{}, {})", b, b + t), {4 * t, 4 * t, 4 * t}});
+      segments_.push_back({ShardSegment{0, t, 0.01f}});
+    }
+    auto store = ShardStore::Create(options, std::move(shapes), device_);
+    ZS_CHECK(store.ok(), "{}", store.status().ToString());
+    store_ = std::move(*store);
+    const bool copies = tier != StepTier::kInMemory;
+    auto pipeline = TileCopyPipeline::Create(device_, copies ? 2 * kTile : 0, false);
+    ZS_CHECK(pipeline.ok(), "{}", pipeline.status().ToString());
+    copies_ = std::move(*pipeline);
+    for (int t = 0; t < store_->num_slots(); ++t) {  // initial master 0.5, zero states
+      auto view = store_->Acquire(t, ShardStore::Access::kOverwrite);
+      ZS_CHECK(view.ok(), "{}", view.status().ToString());
+      const int64_t len = store_->shape(t).array_bytes[0] / 4;
+      std::fill_n(reinterpret_cast<float*>(view->arrays[0]), len, 0.5f);
+      std::memset(view->arrays[1], 0, size_t(8 * len));
+      ZS_CHECK(store_->Release(t, true).ok(), "release");
+    }
+    store_->EndPass();
+  }
+
+  // One optimizer step over every tile; returns its wall time.
+  double Step() {
+    const auto t0 = std::chrono::steady_clock::now();
+    ++step_;
+    OptimizerHyper hyper;
+    hyper.kind = OptimizerKind::kAdamW;
+    hyper.lr = 1e-3f;
+    hyper.step = step_;
+    std::vector<TileCopy> tiles;
+    for (int t = 0; t < store_->num_slots(); ++t) {
+      const int64_t b = int64_t(t) * kTile;
+      const int64_t len = std::min(kTile, n_ - b);
+      const bool copy = tier_ != StepTier::kInMemory;
+      tiles.push_back({grads_.data_as<char>() + 2 * b, 2 * len,
+                       copy && grads_.tier() == MemoryTier::kDevice,
+                       params_.data_as<char>() + 2 * b, 2 * len, copy});
+    }
+    ZS_CHECK(copies_->Begin(std::move(tiles)).ok(), "copies");
+    for (int t = 0; t < store_->num_slots(); ++t) {
+      auto arrays = store_->Acquire(t);
+      ZS_CHECK(arrays.ok(), "{}", arrays.status().ToString());
+      auto io = copies_->Acquire(t);
+      ZS_CHECK(io.ok(), "{}", io.status().ToString());
+      ShardStep shard;
+      shard.n = store_->shape(t).array_bytes[0] / 4;
+      shard.master = reinterpret_cast<float*>(arrays->arrays[0]);
+      shard.state[0] = arrays->arrays[1];
+      shard.state[1] = arrays->arrays[2];
+      shard.state_dtype = StateDType::kF32;
+      shard.grad = io->grad;
+      shard.grad_dtype = DType::kBF16;
+      shard.param_out = io->param_out;
+      shard.param_dtype = DType::kBF16;
+      shard.segments = segments_[size_t(t)];
+      shard.index_base = int64_t(t) * kTile;
+      optimizer_.Step(hyper, shard);
+      ZS_CHECK(copies_->Release(t).ok(), "copy");
+      ZS_CHECK(store_->Release(t, true).ok(), "release");
+    }
+    ZS_CHECK(copies_->Finish().ok(), "finish");
+    store_->EndPass();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  const ShardStore& store() const { return *store_; }
+
+ private:
+  const StepTier tier_;
+  const int64_t n_;
+  MemoryTracker tracker_;
+  CpuDevice device_;
+  DeviceBuffer grads_, params_;
+  std::vector<std::vector<ShardSegment>> segments_;
+  std::unique_ptr<ShardStore> store_;
+  std::unique_ptr<TileCopyPipeline> copies_;
+  CpuOptimizer optimizer_{2};
+  int64_t step_ = 0;
+};
+
+int64_t StepParams() {
+  static const int64_t n = [] {
+    StatusOr<int64_t> v = ParseEnvInt("ZS_BENCH_STEP_PARAMS", int64_t{16} << 20);
+    ZS_CHECK(v.ok() && *v > 0, "ZS_BENCH_STEP_PARAMS: {}", v.status().ToString());
+    return *v;
+  }();
+  return n;
+}
+
+// The in-memory step's time (best of 5 after one warm-up), measured in this run.
+double InMemoryStepSeconds() {
+  static const double seconds = [] {
+    StepBench bench(StepTier::kInMemory, StepParams());
+    bench.Step();
+    double best = 1e30;
+    for (int i = 0; i < 5; ++i) best = std::min(best, bench.Step());
+    return best;
+  }();
+  return seconds;
+}
+
+void BM_OptimizerStep(benchmark::State& state) {
+  const auto tier = StepTier(state.range(0));
+  const char* names[] = {"in memory", "cpu offload (stage 1: gradients copied)",
+                         "cpu offload (stages 2/3: gradients on host)", "nvme offload"};
+  state.SetLabel(names[int(tier)]);
+  const double in_memory = InMemoryStepSeconds();
+  const double raw_read = RawBandwidth(false), raw_write = RawBandwidth(true);
+  StepBench bench(tier, StepParams());
+  bench.Step();  // warm-up: the first pass records the store's trace
+  const ShardStoreStats before = bench.store().stats();
+  double seconds = 0;
+  for (auto _ : state) seconds += bench.Step();
+  const double per_step = seconds / double(state.iterations());
+  state.SetItemsProcessed(state.iterations() * StepParams());
+  state.counters["step_ms"] = per_step * 1e3;
+  state.counters["vs_in_memory"] = per_step / in_memory;
+  if (tier == StepTier::kNvme) {
+    const ShardStoreStats& after = bench.store().stats();
+    const double iters = double(state.iterations());
+    const double floor = double(after.bytes_read - before.bytes_read) / iters / raw_read +
+                         double(after.bytes_written - before.bytes_written) / iters / raw_write;
+    state.counters["disk_floor_ms"] = floor * 1e3;
+    state.counters["vs_goal"] = per_step / std::max(in_memory, floor);
+    state.counters["disk_fraction"] = floor / per_step;
+  }
+}
+BENCHMARK(BM_OptimizerStep)
+    ->ArgName("tier")
+    ->DenseRange(0, 3)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 // ---- the checksum -----------------------------------------------------------------------------
 
