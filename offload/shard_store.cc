@@ -302,6 +302,15 @@ Status ShardStore::Release(int slot, bool dirty) {
   return OkStatus();
 }
 
+bool ShardStore::CanAcquire(int slot) const {
+  const Slot& s = slots_[size_t(slot)];
+  if (!nvme() || s.bytes == 0 || s.state != SlotResidency::kOffloaded) return true;
+  if (buffers_->free_count() > 0 || !lru_.empty() || !writes_.empty()) return true;
+  return std::any_of(slots_.begin(), slots_.end(), [](const Slot& o) {
+    return o.state == SlotResidency::kFetching && !o.acquired;
+  });
+}
+
 Status ShardStore::Flush() {
   while (!writes_.empty()) {
     const int slot = writes_.front();

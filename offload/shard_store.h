@@ -110,6 +110,9 @@ class ShardStore {
 
   StatusOr<SlotView> Acquire(int slot, Access access = Access::kRead);
   Status Release(int slot, bool dirty);
+  // Whether Acquire(slot) would find a buffer now (without failing for lack of one): the slot
+  // is in memory or in flight, or a buffer is free, clean, or writing back.
+  bool CanAcquire(int slot) const;
   Status Flush();
   void EndPass();
 

@@ -258,6 +258,13 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
           FormatBytes(o.nvme_read_bytes), FormatBytes(o.nvme_written_bytes), o.nvme_demand_reads,
           o.nvme_prefetch_hits);
     }
+    if (!o.param_nvme_file.empty()) {
+      fmt::print(
+          "parameter shards on NVMe (rank 0): read {} ({} reads prefetched, {:.3f} s waited), "
+          "written {}\n",
+          FormatBytes(o.param_nvme_read_bytes), o.param_nvme_prefetch_hits,
+          o.param_nvme_read_wait_seconds, FormatBytes(o.param_nvme_written_bytes));
+    }
   }
 
   // The measured states beside what the ZeRO formulas give for every stage.
@@ -335,7 +342,10 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
                          {"nvme_prefetch_hits", offload.nvme_prefetch_hits},
                          {"copy_wait_seconds", offload.copy_wait_seconds},
                          {"nvme_read_wait_seconds", offload.nvme_read_wait_seconds},
-                         {"nvme_write_wait_seconds", offload.nvme_write_wait_seconds}};
+                         {"nvme_write_wait_seconds", offload.nvme_write_wait_seconds},
+                         {"param_nvme_read_bytes", offload.param_nvme_read_bytes},
+                         {"param_nvme_written_bytes", offload.param_nvme_written_bytes},
+                         {"param_nvme_prefetch_hits", offload.param_nvme_prefetch_hits}};
     std::ofstream out(args.report);
     out << report.dump(2) << "\n";
     if (!out) return IoError(fmt::format("cannot write report '{}'", args.report));

@@ -322,7 +322,7 @@ std::vector<KeyDecl> OffloadKeys(const std::string& section, bool is_param) {
        {"nvme", OffloadDevice::kNvme}},
       false,
       is_param ? std::string("stage 3: where parameter shards live between uses (cpu: host "
-                             "memory; nvme: not implemented yet)")
+                             "memory; nvme: files under nvme_path, read ahead of each gather)")
                : std::string("stages 1-3: where the fp32 master and optimizer states live and are "
                              "stepped (cpu: host memory, CPU kernels; nvme: files under nvme_path, "
                              "stepped by sub_group_size)")));
@@ -337,18 +337,18 @@ std::vector<KeyDecl> OffloadKeys(const std::string& section, bool is_param) {
   keys.push_back(IntKey(
       section + ".buffer_count",
       [offload](EngineConfig & c) -> auto& { return offload(c).buffer_count; }, 1, kNoMax,
-      is_param ? "nvme: parameter staging buffers"
+      is_param ? "nvme: parameter shards held in memory at once (staging buffers; at least 2)"
                : "nvme: sub-groups held in memory at once (staging buffers; at least 2)"));
   keys.push_back(SizeKey(
       section + ".buffer_size",
       [offload](EngineConfig & c) -> auto& { return offload(c).buffer_size; }, 1,
-      is_param ? "nvme: elements per parameter staging buffer"
+      is_param ? "no effect (a staging buffer holds one unit's shard)"
                : "no effect (not a DeepSpeed key here: a staging buffer holds one sub-group)"));
   if (is_param) {
     keys.push_back(SizeKey(
         section + ".max_in_cpu",
         [offload](EngineConfig & c) -> auto& { return offload(c).max_in_cpu; }, 0,
-        "nvme: parameter elements kept in host memory"));
+        "accepted; no effect yet (shards are cached only in the staging buffers)"));
   } else {
     keys.push_back(BoolKey(
         section + ".pipeline_read",
@@ -629,17 +629,12 @@ Status CheckOffload(const OffloadConfig& offload, const std::string& section, bo
         is_param ? "only stage 3 shards the parameters"
                  : "offload moves the optimizer's shard, and stage 0 has none"));
   }
-  if (is_param && offload.device == OffloadDevice::kNvme) {
-    return UnimplementedError(fmt::format(
-        "{}.device: \"nvme\" is not implemented yet (parameter shards on NVMe); allowed: none, "
-        "cpu",
-        section));
-  }
-  if (!is_param && offload.device == OffloadDevice::kNvme && offload.buffer_count < 2) {
+  if (offload.device == OffloadDevice::kNvme && offload.buffer_count < 2) {
     return InvalidArgumentError(fmt::format(
-        "{}.buffer_count: {}; allowed: >= 2 with device \"nvme\" (one sub-group stepped, one "
-        "written back)",
-        section, offload.buffer_count));
+        "{}.buffer_count: {}; allowed: >= 2 with device \"nvme\" ({})", section,
+        offload.buffer_count,
+        is_param ? "one shard being gathered, one written back"
+                 : "one sub-group stepped, one written back"));
   }
   return OkStatus();
 }

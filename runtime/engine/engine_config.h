@@ -8,8 +8,7 @@
 //   the bad value and what is allowed: an unknown key (with the closest known key, if any), a
 //   value of the wrong JSON type, a value out of range, an enum value not in its list, and
 //   combinations that cannot work (fp16 and bf16 both enabled; offload at a stage that has no
-//   such shard). Nothing is silently ignored or downgraded. offload_param.device "nvme" is
-//   Unimplemented (the only non-InvalidArgument code). Malformed JSON names the line
+//   such shard). Nothing is silently ignored or downgraded. Malformed JSON names the line
 //   and column; a key given twice in one object is an error too.
 // - DeepSpeed's "bfloat16" section is accepted as an alias of "bf16" (not both at once). A few
 //   DeepSpeed keys that only affect logging are accepted and have no effect (listed in

@@ -184,6 +184,11 @@ class ZeroEngine::Impl {
   }
   MemoryTier GradTier() const;
   MemoryTier ParamTier() const;
+  bool params_on_nvme() const {
+    return config_.zero_optimization.offload_param.device == OffloadDevice::kNvme;
+  }
+  // offload_param nvme: one slot per unit holding this rank's parameter shard.
+  Status CreateParamStore();
   OptimizerHyper Hyper(double lr) const;
   int GroupIndex(const ParamSpec& param) const;
   Status CheckParamGroups() const;
@@ -212,6 +217,9 @@ class ZeroEngine::Impl {
   std::vector<OptimizerTile> tiles_;
   std::unique_ptr<ShardStore> states_;
   std::unique_ptr<TileCopyPipeline> copies_;
+  std::unique_ptr<ShardStore> param_store_;     // offload_param nvme only
+  std::unique_ptr<ShardSource> param_source_;   // param_store_ as the gatherer's shard source
+  SlotView param_slot_;                          // StepTiles: the unit's shard being written
   std::unique_ptr<GradientReducer> reducer_;
   std::unique_ptr<GatherCoordinator> gatherer_;  // stage 3 only
 
@@ -315,13 +323,15 @@ Status ZeroEngine::Impl::Init(const ParamInit& init) {
     s.grad_base = stage() >= 2 ? shard_begin : 0;
     s.opt_begin = stage() == 0 ? 0 : shard_begin;
     s.opt_size = stage() == 0 ? padded : shard;
-    ZS_ASSIGN_OR_RETURN(s.params, Alloc(stage() == 3 ? shard : padded, dtype_,
-                                        MemoryCategory::kParameters, "parameters", unit,
-                                        ParamTier()));
+    if (!params_on_nvme()) {  // on NVMe the shards live in param_store_
+      ZS_ASSIGN_OR_RETURN(s.params, Alloc(stage() == 3 ? shard : padded, dtype_,
+                                          MemoryCategory::kParameters, "parameters", unit,
+                                          ParamTier()));
+    }
     ZS_ASSIGN_OR_RETURN(s.grads, Alloc(stage() >= 2 ? shard : padded, dtype_,
                                        MemoryCategory::kGradients, "gradients", unit, GradTier()));
     // Padding and gaps stay zero in every buffer.
-    std::memset(s.params.data(), 0, s.params.size());
+    if (s.params) std::memset(s.params.data(), 0, s.params.size());
     std::memset(s.grads.data(), 0, s.grads.size());
 
     // Weight decay as metadata: one segment per parameter part in the optimizer range, and
@@ -347,6 +357,7 @@ Status ZeroEngine::Impl::Init(const ParamInit& init) {
     }
   }
   ZS_RETURN_IF_ERROR(CreateOptimizerStore());
+  if (params_on_nvme()) ZS_RETURN_IF_ERROR(CreateParamStore());
 
   // Initial values: every rank computes each parameter in full and keeps what it owns.
   for (size_t u = 0; u < units_.size(); ++u) {
@@ -357,6 +368,12 @@ Status ZeroEngine::Impl::Init(const ParamInit& init) {
     const UnitRange opt_range{UnitOffset(s.opt_begin), UnitOffset(s.opt_begin + s.opt_size)};
     std::vector<float> master(size_t(s.opt_size), 0.0f);  // padding and gaps stay zero
     std::vector<float> values;
+    char* params = s.params.data_as<char>();
+    if (params_on_nvme()) {
+      ZS_ASSIGN_OR_RETURN(SlotView slot, param_store_->Acquire(unit, ShardStore::Access::kOverwrite));
+      params = slot.arrays[0];
+      if (params != nullptr) std::memset(params, 0, size_t(param_size) * DTypeSize(dtype_));
+    }
     for (int p = 0; p < s.layout.num_params(); ++p) {
       const UnitRange where = s.layout.ParamRangeInUnit(p);
       values.assign(size_t(where.size()), 0.0f);
@@ -369,17 +386,18 @@ Status ZeroEngine::Impl::Init(const ParamInit& init) {
         }
       }
       const UnitRange in_params = where.Intersect(param_range);
-      ConvertFromFloat(
-          values.data() + (in_params.begin - where.begin),
-          s.params.data_as<char>() + (in_params.begin.value() - s.param_base) * DTypeSize(dtype_),
-          dtype_, size_t(in_params.size()));
+      ConvertFromFloat(values.data() + (in_params.begin - where.begin),
+                       params + (in_params.begin.value() - s.param_base) * DTypeSize(dtype_),
+                       dtype_, size_t(in_params.size()));
       const UnitRange in_opt = where.Intersect(opt_range);
       std::copy_n(values.data() + (in_opt.begin - where.begin), in_opt.size(),
                   master.data() + (in_opt.begin.value() - s.opt_begin));
     }
+    if (params_on_nvme()) ZS_RETURN_IF_ERROR(param_store_->Release(unit, /*dirty=*/true));
     ZS_RETURN_IF_ERROR(InitOptimizerTiles(unit, master));
   }
   states_->EndPass();  // the first pass is recorded: the steps replay it
+  if (param_store_ != nullptr) param_store_->EndPass();
 
   ReducerOptions reducer_options;
   reducer_options.dtype = dtype_;
@@ -406,6 +424,7 @@ Status ZeroEngine::Impl::Init(const ParamInit& init) {
     options.max_reuse_distance_elements = zero.stage3_max_reuse_distance;
     options.prefetch = config_.zerostack.prefetch;
     options.tier = kTier;
+    options.shard_source = param_source_.get();
     ZS_ASSIGN_OR_RETURN(
         gatherer_, GatherCoordinator::Create(std::move(infos), options, device_, *gather_comm_));
   }
@@ -643,6 +662,7 @@ StatusOr<StepResult> ZeroEngine::Impl::Step() {
   // unit) so a transport's staging stays bounded.
   if (stage() == 1 || stage() == 2) ZS_RETURN_IF_ERROR(AllGatherUpdatedParams());
   if (gatherer_ != nullptr) ZS_RETURN_IF_ERROR(gatherer_->RegatherPersistent());
+  if (param_store_ != nullptr) param_store_->EndPass();  // a step is one pass over the shards
   result.times.collective_seconds += seconds(gather_start);
   scaler_.Update(false);
   ++step_;
@@ -722,7 +742,54 @@ MemoryTier ZeroEngine::Impl::GradTier() const {
 MemoryTier ZeroEngine::Impl::ParamTier() const {
   const OffloadConfig& o = config_.zero_optimization.offload_param;
   if (o.device == OffloadDevice::kNone) return kTier;
+  if (o.device == OffloadDevice::kNvme) return MemoryTier::kNvme;
   return o.pin_memory ? MemoryTier::kPinnedHost : MemoryTier::kHost;
+}
+
+namespace {
+// The parameter ShardStore as the GatherCoordinator's shard source: a unit's slot is held (read
+// in, unchanged) while its all-gather runs.
+class StoreShardSource final : public ShardSource {
+ public:
+  explicit StoreShardSource(ShardStore& store) : store_(store) {}
+  StatusOr<const void*> AcquireShard(int unit) override {
+    ZS_ASSIGN_OR_RETURN(SlotView slot, store_.Acquire(unit));
+    return static_cast<const void*>(slot.arrays[0]);
+  }
+  Status ReleaseShard(int unit) override { return store_.Release(unit, /*dirty=*/false); }
+  bool CanAcquireShard(int unit) const override { return store_.CanAcquire(unit); }
+
+ private:
+  ShardStore& store_;
+};
+}  // namespace
+
+Status ZeroEngine::Impl::CreateParamStore() {
+  const OffloadConfig& offload = config_.zero_optimization.offload_param;
+  std::vector<SlotShape> shapes;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    shapes.push_back({fmt::format("unit '{}' parameter shard", model_.units[u].name),
+                      {units_[u].layout.shard_size() * int64_t(DTypeSize(dtype_))}});
+  }
+  ShardStoreOptions options;
+  options.tier = MemoryTier::kNvme;
+  options.category = MemoryCategory::kParameters;
+  options.what = fmt::format("parameters (rank {})", dp_.rank());
+  options.buffer_count = offload.buffer_count;
+  options.pin_memory = offload.pin_memory;
+  options.pipeline_read = true;  // read ahead along the recorded gather order
+  options.pipeline_write = true;
+  options.nvme.dir = offload.nvme_path;
+  options.nvme.name = fmt::format("params.rank{}", dp_.rank());
+  options.nvme.block_size = config_.aio.block_size;
+  options.nvme.queue_depth = config_.aio.queue_depth;
+  options.nvme.intra_op_parallelism = config_.aio.intra_op_parallelism;
+  options.nvme.single_submit = config_.aio.single_submit;
+  options.nvme.overlap_events = config_.aio.overlap_events;
+  options.trace = trace_;
+  ZS_ASSIGN_OR_RETURN(param_store_, ShardStore::Create(options, std::move(shapes), device_));
+  param_source_ = std::make_unique<StoreShardSource>(*param_store_);
+  return OkStatus();
 }
 
 Status ZeroEngine::Impl::CreateOptimizerStore() {
@@ -836,9 +903,11 @@ Status ZeroEngine::Impl::StepTiles(const OptimizerHyper& hyper, float grad_scale
     c.grad = s.grads.data_as<const char>() + (s.opt_begin + tile.begin - s.grad_base) * elem;
     c.grad_bytes = tile.size() * int64_t(elem);
     c.grad_on_device = offloaded && s.grads.tier() == kTier;
-    c.param = s.params.data_as<char>() + (s.opt_begin + tile.begin - s.param_base) * elem;
-    c.param_bytes = tile.size() * int64_t(elem);
-    c.param_on_device = offloaded && s.params.tier() == kTier;
+    if (s.params) {  // else the tile's parameters are in param_store_'s slot (params on NVMe)
+      c.param = s.params.data_as<char>() + (s.opt_begin + tile.begin - s.param_base) * elem;
+      c.param_bytes = tile.size() * int64_t(elem);
+      c.param_on_device = offloaded && s.params.tier() == kTier;
+    }
     copies.push_back(c);
   }
   ZS_RETURN_IF_ERROR(copies_->Begin(std::move(copies)));
@@ -847,6 +916,16 @@ Status ZeroEngine::Impl::StepTiles(const OptimizerHyper& hyper, float grad_scale
     const UnitState& s = units_[size_t(tile.unit)];
     ZS_ASSIGN_OR_RETURN(SlotView arrays, states_->Acquire(int(t)));
     ZS_ASSIGN_OR_RETURN(TileHostView io, copies_->Acquire(int(t)));
+    // Parameters on NVMe (stage 3): the unit's shard slot is held over its tiles, which cover
+    // the whole shard, so it is overwritten without being read.
+    const bool first_of_unit = s.tiles.front() == int(t), last_of_unit = s.tiles.back() == int(t);
+    if (param_store_ != nullptr) {
+      if (first_of_unit) {
+        ZS_ASSIGN_OR_RETURN(param_slot_,
+                            param_store_->Acquire(tile.unit, ShardStore::Access::kOverwrite));
+      }
+      io.param_out = param_slot_.arrays[0] + tile.begin * int64_t(elem);
+    }
     ShardStep shard;
     shard.n = tile.size();
     shard.master = reinterpret_cast<float*>(arrays.arrays[kMaster]);
@@ -875,6 +954,9 @@ Status ZeroEngine::Impl::StepTiles(const OptimizerHyper& hyper, float grad_scale
     }
     ZS_RETURN_IF_ERROR(copies_->Release(int(t)));
     ZS_RETURN_IF_ERROR(states_->Release(int(t), /*dirty=*/true));
+    if (param_store_ != nullptr && last_of_unit) {
+      ZS_RETURN_IF_ERROR(param_store_->Release(tile.unit, /*dirty=*/true));
+    }
   }
   ZS_RETURN_IF_ERROR(copies_->Finish());  // the parameters are on the device again
   states_->EndPass();
@@ -1050,6 +1132,14 @@ OffloadReport ZeroEngine::offload_report() const {
   r.copy_wait_seconds = ct.wait_seconds;
   r.nvme_read_wait_seconds = st.read_wait_seconds;
   r.nvme_write_wait_seconds = st.write_wait_seconds;
+  if (impl_->param_store_ != nullptr) {
+    const ShardStoreStats& p = impl_->param_store_->stats();
+    r.param_nvme_file = impl_->param_store_->path();
+    r.param_nvme_read_bytes = p.bytes_read;
+    r.param_nvme_written_bytes = p.bytes_written;
+    r.param_nvme_prefetch_hits = p.prefetch_hits;
+    r.param_nvme_read_wait_seconds = p.read_wait_seconds;
+  }
   return r;
 }
 

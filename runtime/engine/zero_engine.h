@@ -82,7 +82,7 @@ struct StepResult {
 // Where this rank's optimizer states live and what offload moved since Create.
 struct OffloadReport {
   std::string optimizer_tier;   // "device", "host", "pinned_host" or "nvme"
-  std::string parameter_tier;   // stage 3 parameter shards: "device", "host", "pinned_host"
+  std::string parameter_tier;   // stage 3 parameter shards: "device", "host", "pinned_host", "nvme"
   std::string nvme_file;        // the swap file (nvme), else empty
   std::string io_backend;       // "io_uring", "libaio", "posix" (nvme), else "none"
   int64_t tiles = 0;            // optimizer tiles (store slots) of this rank
@@ -95,6 +95,12 @@ struct OffloadReport {
   double copy_wait_seconds = 0.0;
   double nvme_read_wait_seconds = 0.0;
   double nvme_write_wait_seconds = 0.0;
+  // offload_param nvme: the parameter shards' swap file, read before each gather.
+  std::string param_nvme_file;
+  int64_t param_nvme_read_bytes = 0;
+  int64_t param_nvme_written_bytes = 0;
+  int64_t param_nvme_prefetch_hits = 0;
+  double param_nvme_read_wait_seconds = 0.0;
 };
 
 struct GatherReport {  // stage 3 counters (zero for other stages)

@@ -18,9 +18,12 @@ alignas(64) constexpr std::byte kEmptyUnitStorage[64] = {};
 
 std::string_view StateName(UnitGatherState s) {
   switch (s) {
-    case UnitGatherState::kSharded: return "sharded";
-    case UnitGatherState::kGathering: return "gathering";
-    case UnitGatherState::kGathered: return "gathered";
+    case UnitGatherState::kSharded:
+      return "sharded";
+    case UnitGatherState::kGathering:
+      return "gathering";
+    case UnitGatherState::kGathered:
+      return "gathered";
   }
   return "?";
 }
@@ -39,12 +42,13 @@ class GatherCoordinator::Impl {
     // See the state table in the header. Transitions happen only in StartGather (kSharded ->
     // kGathering), FinishGather (kGathering -> kGathered) and Free (any -> kSharded).
     UnitGatherState state = UnitGatherState::kSharded;
-    DeviceBuffer buffer;  // allocated unless kSharded (persistent: always once created)
-    CommHandle handle;    // the all-gather; unwaited only while kGathering
-    int refs = 0;         // Acquire nesting depth
-    bool prefetched = false;    // started by a prefetch and not acquired since (kGathering)
-    bool kept = false;          // released to zero refs, kept for a predicted reuse
-    int64_t prefetch_seq = 0;   // order of prefetch starts (evict the newest first)
+    DeviceBuffer buffer;       // allocated unless kSharded (persistent: always once created)
+    CommHandle handle;         // the all-gather; unwaited only while kGathering
+    int refs = 0;              // Acquire nesting depth
+    bool shard_held = false;   // the ShardSource's shard is held by the in-flight all-gather
+    bool prefetched = false;   // started by a prefetch and not acquired since (kGathering)
+    bool kept = false;         // released to zero refs, kept for a predicted reuse
+    int64_t prefetch_seq = 0;  // order of prefetch starts (evict the newest first)
   };
 
   Impl(std::vector<Unit> units, GatherOptions options, Device& device, Communicator& comm,
@@ -58,8 +62,9 @@ class GatherCoordinator::Impl {
   static constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
 
   ~Impl() {
-    for (Unit& unit : units_) {
-      if (unit.state == UnitGatherState::kGathering) unit.handle.Wait().IgnoreError();
+    for (size_t u = 0; u < units_.size(); ++u) {
+      if (units_[u].state == UnitGatherState::kGathering) units_[u].handle.Wait().IgnoreError();
+      ReleaseShard(int(u)).IgnoreError();
     }
     // The buffers are freed by ~Unit now that no transfer writes them.
   }
@@ -75,6 +80,8 @@ class GatherCoordinator::Impl {
     for (size_t u = 0; u < units_.size(); ++u) {
       if (units_[u].persistent && units_[u].elements > 0) {
         ZS_RETURN_IF_ERROR(Fail(StartGather(int(u))));
+        // A ShardSource holds a shard per gather in flight: one at a time, whatever their number.
+        if (options_.shard_source != nullptr) ZS_RETURN_IF_ERROR(Fail(FinishGather(int(u))));
       }
     }
     Status first;
@@ -191,8 +198,8 @@ class GatherCoordinator::Impl {
       }
     }
     trace_.EndStep();
-    ZS_CHECK(live_ == 0 && prefetched_elements_ == 0, "EndStep left {} live, {} prefetched",
-             live_, prefetched_elements_);
+    ZS_CHECK(live_ == 0 && prefetched_elements_ == 0, "EndStep left {} live, {} prefetched", live_,
+             prefetched_elements_);
     ZS_RETURN_IF_ERROR(Fail(first));
     return broken_.ok() ? OkStatus() : BrokenError();
   }
@@ -220,14 +227,13 @@ class GatherCoordinator::Impl {
   }
 
   static const void* DataOf(const Unit& unit) {
-    return unit.elements == 0 ? static_cast<const void*>(kEmptyUnitStorage)
-                              : unit.buffer.data();
+    return unit.elements == 0 ? static_cast<const void*>(kEmptyUnitStorage) : unit.buffer.data();
   }
 
   Status BrokenError() const {
     return AbortedError(
-        fmt::format("gather coordinator on rank {} is broken by an earlier error: {}",
-                    comm_.rank(), broken_.ToString()));
+        fmt::format("gather coordinator on rank {} is broken by an earlier error: {}", comm_.rank(),
+                    broken_.ToString()));
   }
   Status CheckUsable() const { return broken_.ok() ? OkStatus() : BrokenError(); }
   // Records the first error; returns `s`.
@@ -250,8 +256,8 @@ class GatherCoordinator::Impl {
           unit.persistent ? MemoryCategory::kParameters : MemoryCategory::kGatheredParameters);
       if (!buffer.ok()) {
         return buffer.status().WithContext(
-            fmt::format("gathering unit {} ('{}', {} elements of {})", u, unit.name,
-                        unit.elements, DTypeName(options_.dtype)));
+            fmt::format("gathering unit {} ('{}', {} elements of {})", u, unit.name, unit.elements,
+                        DTypeName(options_.dtype)));
       }
       unit.buffer = std::move(*buffer);
       if (!unit.persistent) {
@@ -259,11 +265,28 @@ class GatherCoordinator::Impl {
         stats_.peak_live_elements = std::max(stats_.peak_live_elements, live_);
       }
     }
-    unit.handle = comm_.StartAllGather(unit.shard, unit.buffer.data(), size_t(unit.shard_elements),
+    const void* shard = unit.shard;
+    if (options_.shard_source != nullptr) {
+      StatusOr<const void*> held = options_.shard_source->AcquireShard(u);
+      if (!held.ok()) {
+        return held.status().WithContext(fmt::format("shard of unit {} ('{}')", u, unit.name));
+      }
+      shard = *held;
+      unit.shard_held = true;
+    }
+    unit.handle = comm_.StartAllGather(shard, unit.buffer.data(), size_t(unit.shard_elements),
                                        options_.dtype);
     unit.state = UnitGatherState::kGathering;
     ++stats_.gathers;
     return OkStatus();
+  }
+
+  // Gives a unit's shard back to the ShardSource once its all-gather no longer reads it.
+  Status ReleaseShard(int u) {
+    Unit& unit = units_[u];
+    if (!unit.shard_held) return OkStatus();
+    unit.shard_held = false;
+    return options_.shard_source->ReleaseShard(u);
   }
 
   // kGathering -> kGathered, blocking until the all-gather finished. On failure the unit is
@@ -274,6 +297,8 @@ class GatherCoordinator::Impl {
              StateName(unit.state));
     Status s = unit.handle.Wait();
     unit.state = UnitGatherState::kGathered;
+    Status released = ReleaseShard(u);
+    if (s.ok()) s = released;
     if (s.ok()) return s;
     if (!unit.persistent) Free(u).IgnoreError();
     return s.WithContext(fmt::format("all-gather of unit {} ('{}')", u, unit.name));
@@ -287,6 +312,8 @@ class GatherCoordinator::Impl {
              u, unit.name, unit.persistent, unit.refs);
     Status s;
     if (unit.state == UnitGatherState::kGathering) s = unit.handle.Wait();
+    Status released = ReleaseShard(u);
+    if (s.ok()) s = released;
     if (unit.prefetched) prefetched_elements_ -= unit.elements;
     if (unit.buffer) live_ -= unit.elements;
     unit.buffer.Reset();
@@ -333,6 +360,7 @@ class GatherCoordinator::Impl {
       }
       if (prefetched_elements_ + unit.elements > options_.prefetch_elements) break;
       if (live_ + unit.elements > options_.max_live_elements) break;
+      if (options_.shard_source != nullptr && !options_.shard_source->CanAcquireShard(v)) break;
       ZS_RETURN_IF_ERROR(Fail(StartGather(v)));
       unit.prefetched = true;
       unit.prefetch_seq = ++prefetch_seq_;
@@ -369,15 +397,13 @@ class GatherCoordinator::Impl {
 };
 
 StatusOr<std::unique_ptr<GatherCoordinator>> GatherCoordinator::Create(
-    std::vector<GatherUnitInfo> units, GatherOptions options, Device& device,
-    Communicator& comm) {
+    std::vector<GatherUnitInfo> units, GatherOptions options, Device& device, Communicator& comm) {
   if (options.prefetch_elements < 0 || options.max_live_elements < 0 ||
       options.max_reuse_distance_elements < 0) {
     return InvalidArgumentError(fmt::format(
         "GatherCoordinator: negative option (prefetch_elements {}, max_live_elements {}, "
         "max_reuse_distance_elements {})",
-        options.prefetch_elements, options.max_live_elements,
-        options.max_reuse_distance_elements));
+        options.prefetch_elements, options.max_live_elements, options.max_reuse_distance_elements));
   }
   if (!device.Supports(options.tier)) {
     return InvalidArgumentError(fmt::format("GatherCoordinator: device {} lacks the {} tier",
@@ -389,7 +415,8 @@ StatusOr<std::unique_ptr<GatherCoordinator>> GatherCoordinator::Create(
   impl_units.reserve(units.size());
   for (size_t u = 0; u < units.size(); ++u) {
     GatherUnitInfo& info = units[u];
-    if (info.shard_elements < 0 || (info.shard_elements > 0 && info.shard == nullptr)) {
+    if (info.shard_elements < 0 ||
+        (info.shard_elements > 0 && info.shard == nullptr && options.shard_source == nullptr)) {
       return InvalidArgumentError(
           fmt::format("GatherCoordinator: unit {} ('{}') has shard_elements {} and shard {}", u,
                       info.name, info.shard_elements, info.shard));
@@ -403,8 +430,8 @@ StatusOr<std::unique_ptr<GatherCoordinator>> GatherCoordinator::Create(
     weights.push_back(unit.persistent ? 0 : unit.elements);
   }
   // Persistent units start kSharded; GatherPersistent leaves them kGathered.
-  auto impl = std::make_unique<Impl>(std::move(impl_units), options, device, comm,
-                                     std::move(weights));
+  auto impl =
+      std::make_unique<Impl>(std::move(impl_units), options, device, comm, std::move(weights));
   ZS_RETURN_IF_ERROR(impl->GatherPersistent());
   return std::unique_ptr<GatherCoordinator>(new GatherCoordinator(std::move(impl)));
 }

@@ -46,7 +46,9 @@
 // - Units with shard_elements == 0 take part in nothing: no buffer, no all-gather, no stats;
 //   Acquire returns a non-null pointer that must not be dereferenced.
 // - Shards are read by the all-gathers directly (no copy): a shard must not change between
-//   the first Acquire of a step and EndStep(), nor during Create/RegatherPersistent.
+//   the first Acquire of a step and EndStep(), nor during Create/RegatherPersistent. With a
+//   ShardSource, each all-gather holds its unit's shard from its start until it is waited for,
+//   and a prefetch stops at a unit whose shard the source has no room for.
 // - EndStep() requires every unit released (else FailedPrecondition naming the units still
 //   acquired, and nothing changes); it waits for and frees all non-persistent buffers. Call
 //   RegatherPersistent() after the optimizer updated the shards (collective; FailedPrecondition
@@ -75,38 +77,53 @@ namespace zs {
 struct GatherUnitInfo {
   std::string name;
   int64_t shard_elements = 0;
-  const void* shard = nullptr;  // shard_elements of GatherOptions::dtype, owned by the caller
+  // shard_elements of GatherOptions::dtype, owned by the caller; null with a ShardSource.
+  const void* shard = nullptr;
   bool persistent = false;
+};
+
+// Where shards come from when they do not stay in memory (offload_param to NVMe): the
+// coordinator asks for a unit's shard just before its all-gather starts and gives it back once
+// the all-gather has finished. Called on the coordinator's thread.
+class ShardSource {
+ public:
+  virtual ~ShardSource() = default;
+  // Blocks until unit u's shard is in memory; it stays there, unchanged, until ReleaseShard(u).
+  virtual StatusOr<const void*> AcquireShard(int unit) = 0;
+  virtual Status ReleaseShard(int unit) = 0;
+  // Whether AcquireShard(u) would find room now (a prefetch stops where it would not).
+  virtual bool CanAcquireShard(int unit) const = 0;
 };
 
 struct GatherOptions {
   DType dtype = DType::kF32;
-  int64_t prefetch_elements = 50'000'000;             // stage3_prefetch_bucket_size
-  int64_t max_live_elements = 1'000'000'000;          // stage3_max_live_parameters
+  int64_t prefetch_elements = 50'000'000;               // stage3_prefetch_bucket_size
+  int64_t max_live_elements = 1'000'000'000;            // stage3_max_live_parameters
   int64_t max_reuse_distance_elements = 1'000'000'000;  // stage3_max_reuse_distance
-  bool prefetch = true;                               // false: gather only on demand
-  MemoryTier tier = MemoryTier::kHost;                // where gathered buffers live
+  bool prefetch = true;                                 // false: gather only on demand
+  MemoryTier tier = MemoryTier::kHost;                  // where gathered buffers live
+  ShardSource* shard_source = nullptr;  // not owned; null: GatherUnitInfo::shard is read
 };
 
 enum class UnitGatherState { kSharded, kGathering, kGathered };
 
 // Counters since Create (or the last ResetStats), for tests, logs and reports.
 struct GatherStats {
-  int64_t gathers = 0;            // all-gathers started (persistent ones included)
-  int64_t prefetch_hits = 0;      // Acquire found its unit already prefetched (in flight or done)
-  int64_t reuse_hits = 0;         // Acquire found its unit kept from an earlier Release
-  int64_t demand_gathers = 0;     // Acquire had to start the gather itself
+  int64_t gathers = 0;         // all-gathers started (persistent ones included)
+  int64_t prefetch_hits = 0;   // Acquire found its unit already prefetched (in flight or done)
+  int64_t reuse_hits = 0;      // Acquire found its unit kept from an earlier Release
+  int64_t demand_gathers = 0;  // Acquire had to start the gather itself
   int64_t trace_invalidations = 0;
   int64_t prefetched_unused_freed = 0;  // prefetched units freed unused at an invalidation
-  int64_t peak_live_elements = 0;  // gathered non-persistent elements held at once
+  int64_t peak_live_elements = 0;       // gathered non-persistent elements held at once
 };
 
 class GatherCoordinator {
  public:
   // Collective (persistent units are gathered here). `device` and `comm` must outlive it.
   static StatusOr<std::unique_ptr<GatherCoordinator>> Create(std::vector<GatherUnitInfo> units,
-                                                             GatherOptions options,
-                                                             Device& device, Communicator& comm);
+                                                             GatherOptions options, Device& device,
+                                                             Communicator& comm);
   ~GatherCoordinator();
 
   StatusOr<const void*> Acquire(int unit);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # train_gpt under both transports: fp32 stage 0 with 3 ranks as threads (local backend) and
 # stages 1 and 3 with 3 ranks as processes (zerorun, fabric), in memory and with offload (stage 2
-# with the optimizer in host memory, stage 3 with it on NVMe and the parameters in host memory),
+# with the optimizer in host memory, stage 3 with it and the parameter shards on NVMe),
 # must end with the same master digest (bit-identical parameters), and the report must hold
 # every step's loss.
 # usage: train_gpt_parity.sh TRAIN_GPT ZERORUN
@@ -26,7 +26,7 @@ cat > "$configs/nvme.json" <<JSON
 {"zero_optimization": {"stage": 3, "sub_group_size": 65536,
   "offload_optimizer": {"device": "nvme", "nvme_path": "$configs/nvme", "buffer_count": 3,
                         "pipeline_read": true, "pipeline_write": true},
-  "offload_param": {"device": "cpu"}}}
+  "offload_param": {"device": "nvme", "nvme_path": "$configs/nvme", "buffer_count": 3}}}
 JSON
 "$zerorun" -n 3 --backend fabric --timeout 240 -- \
   "$train_gpt" "${common[@]}" --config "$configs/cpu.json" \
@@ -50,7 +50,7 @@ assert reports["fabric_stage3.json"]["backend"] == "fabric"
 assert reports["threads_stage0.json"]["backend"] == "local"
 assert reports["fabric_stage2_offload_cpu.json"]["offload"]["optimizer_tier"] == "pinned_host"
 nvme = reports["fabric_stage3_offload_nvme.json"]["offload"]
-assert nvme["optimizer_tier"] == "nvme" and nvme["parameter_tier"] == "host", nvme
+assert nvme["optimizer_tier"] == "nvme" and nvme["parameter_tier"] == "nvme", nvme
 assert nvme["nvme_read_bytes"] > 0 and nvme["nvme_written_bytes"] > 0, nvme
 print("train_gpt parity: local stage 0 == fabric stages 1 and 3, in memory and offloaded")
 PY

@@ -59,7 +59,7 @@ struct Offload {
   int64_t buffer_count = 4;
   bool pipeline = true;
   int64_t sub_group_size = 1'000'000'000;
-  bool param_cpu = false;  // stage 3: offload_param.device cpu
+  OffloadDevice params = OffloadDevice::kNone;  // stage 3: offload_param.device
 };
 
 EngineConfig WithOffload(EngineConfig c, const Offload& o, const std::string& dir) {
@@ -71,7 +71,10 @@ EngineConfig WithOffload(EngineConfig c, const Offload& o, const std::string& di
   opt.pipeline_read = opt.pipeline_write = o.pipeline;
   c.zero_optimization.sub_group_size = o.sub_group_size;
   c.aio.block_size = 64 * 1024;  // several requests per tile
-  if (o.param_cpu) c.zero_optimization.offload_param.device = OffloadDevice::kCpu;
+  auto& param = c.zero_optimization.offload_param;
+  param.device = o.params;
+  param.nvme_path = dir;
+  param.buffer_count = 3;  // fewer than the units: shards are read back before their gathers
   return c;
 }
 
@@ -84,12 +87,28 @@ std::vector<Offload> Offloads(int stage) {
       {"nvme whole units", OffloadDevice::kNvme, false, 3, true},
   };
   if (stage == 3) {
-    out.push_back(
-        {"cpu optimizer + cpu params", OffloadDevice::kCpu, false, 4, true, 1'000'000'000, true});
-    out.push_back(
-        {"nvme optimizer + cpu params", OffloadDevice::kNvme, true, 4, true, 65536, true});
+    out.push_back({"cpu optimizer + cpu params", OffloadDevice::kCpu, false, 4, true, 1'000'000'000,
+                   OffloadDevice::kCpu});
+    out.push_back({"nvme optimizer + cpu params", OffloadDevice::kNvme, true, 4, true, 65536,
+                   OffloadDevice::kCpu});
+    out.push_back({"in-memory optimizer + nvme params", OffloadDevice::kNone, false, 4, true,
+                   1'000'000'000, OffloadDevice::kNvme});
+    out.push_back({"nvme optimizer + nvme params", OffloadDevice::kNvme, false, 2, true, 65536,
+                   OffloadDevice::kNvme});
   }
   return out;
+}
+
+// Three steps of the wide model on one rank, the optimizer on NVMe in 65536-element tiles.
+RunSpec OneRankOnNvme(int stage, int64_t buffers, bool pipeline, const SwapDir& dir) {
+  RunSpec spec;
+  spec.widths = kWideWidths;
+  spec.world = 1;
+  spec.steps = 3;
+  spec.config =
+      WithOffload(BaseConfig(stage),
+                  {"nvme", OffloadDevice::kNvme, false, buffers, pipeline, 65536}, dir.str());
+  return spec;
 }
 
 TEST(OffloadEngine, EveryTierGivesTheInMemoryBitsAtStages1To3) {
@@ -121,22 +140,52 @@ TEST(OffloadEngine, EveryTierGivesTheInMemoryBitsAtStages1To3) {
       EXPECT_EQ(r->digest, base->digest);
       EXPECT_EQ(r->losses, base->losses);
       for (const MemorySnapshot& m : r->memory) {
-        // The optimizer's arrays left the device.
-        EXPECT_EQ(m.Peak(MemoryTier::kDevice, MemoryCategory::kOptimizerStates), 0);
-        const MemoryTier tier = o.device == OffloadDevice::kNvme ? MemoryTier::kNvme
-                                : o.pin                          ? MemoryTier::kPinnedHost
-                                                                 : MemoryTier::kHost;
-        EXPECT_GT(m.Peak(tier, MemoryCategory::kOptimizerStates), 0);
-        if (stage >= 2) {
-          EXPECT_EQ(m.Peak(MemoryTier::kDevice, MemoryCategory::kGradients), 0);
+        if (o.device != OffloadDevice::kNone) {
+          // The optimizer's arrays left the device.
+          EXPECT_EQ(m.Peak(MemoryTier::kDevice, MemoryCategory::kOptimizerStates), 0);
+          const MemoryTier tier = o.device == OffloadDevice::kNvme ? MemoryTier::kNvme
+                                  : o.pin                          ? MemoryTier::kPinnedHost
+                                                                   : MemoryTier::kHost;
+          EXPECT_GT(m.Peak(tier, MemoryCategory::kOptimizerStates), 0);
+          if (stage >= 2) {
+            EXPECT_EQ(m.Peak(MemoryTier::kDevice, MemoryCategory::kGradients), 0);
+          }
         }
-        if (o.param_cpu) {
+        if (o.params != OffloadDevice::kNone) {
           EXPECT_EQ(m.Peak(MemoryTier::kDevice, MemoryCategory::kParameters), 0);
+          const MemoryTier tier =
+              o.params == OffloadDevice::kNvme ? MemoryTier::kNvme : MemoryTier::kHost;
+          EXPECT_GT(m.Peak(tier, MemoryCategory::kParameters), 0);
         }
       }
       EXPECT_EQ(dir.files(), 0u) << "swap files are removed when the engine is destroyed";
     }
   }
+}
+
+// Persistent units (gathered at Create and after every step) read their shards from NVMe one at
+// a time, so two staging buffers serve any number of them; prefetched gathers stop where the
+// store has no buffer.
+TEST(OffloadEngine, NvmeParametersWithPersistentUnitsAndTwoBuffers) {
+  SwapDir dir;
+  RunSpec spec;
+  spec.widths = {6, 9, 8, 7, 9, 5, 4};  // six small units
+  spec.world = 2;
+  spec.steps = 3;
+  spec.config = BaseConfig(3);
+  spec.config.zero_optimization.stage3_param_persistence_threshold = 70;  // about half
+  spec.config.zero_optimization.stage3_prefetch_bucket_size = 1'000'000;  // prefetch everything
+  auto base = Train(spec);
+  ASSERT_TRUE(base.ok()) << base.status().ToString();
+  RunSpec off = spec;
+  off.config = WithOffload(spec.config, {"nvme params", OffloadDevice::kNone}, dir.str());
+  off.config.zero_optimization.offload_param.device = OffloadDevice::kNvme;
+  off.config.zero_optimization.offload_param.buffer_count = 2;
+  auto r = Train(off);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->digest, base->digest);
+  EXPECT_GT(r->memory[0].Peak(MemoryTier::kNvme, MemoryCategory::kParameters), 0);
+  EXPECT_EQ(dir.files(), 0u);
 }
 
 TEST(OffloadEngine, ReducedPrecisionStatesKeepTheirBitsOnNvme) {
@@ -167,12 +216,7 @@ TEST(OffloadEngine, ReducedPrecisionStatesKeepTheirBitsOnNvme) {
 
 TEST(OffloadEngine, StepReportsWhatMovedAndWhereTheTimeWent) {
   SwapDir dir;
-  RunSpec spec;
-  spec.widths = kWideWidths;
-  spec.world = 1;
-  spec.steps = 3;
-  spec.config =
-      WithOffload(BaseConfig(1), {"nvme", OffloadDevice::kNvme, false, 3, true, 65536}, dir.str());
+  RunSpec spec = OneRankOnNvme(1, 3, /*pipeline=*/true, dir);
   std::vector<OffloadReport> reports;
   std::vector<std::string> files;
   spec.after_step = [&](int, int, ZeroEngine& engine) {
@@ -284,12 +328,7 @@ TEST(OffloadEngine, OptimizerStatesBeyondTheDeviceBudgetTrainWithOffload) {
 
 TEST(OffloadEngine, CorruptedSwapFileStopsTheRunNamingTheFile) {
   SwapDir dir;
-  RunSpec spec;
-  spec.widths = kWideWidths;
-  spec.world = 1;
-  spec.steps = 3;
-  spec.config =
-      WithOffload(BaseConfig(2), {"nvme", OffloadDevice::kNvme, false, 2, false, 65536}, dir.str());
+  RunSpec spec = OneRankOnNvme(2, 2, /*pipeline=*/false, dir);
   std::string file;
   spec.after_step = [&](int, int step, ZeroEngine& engine) {
     file = engine.offload_report().nvme_file;
