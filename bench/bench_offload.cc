@@ -28,9 +28,9 @@
 #include "optimizers/cpu_optimizer.h"
 #include "optimizers/optimizer_spec.h"
 #include "runtime/base/dtype.h"
-#include "runtime/device/cpu_device.h"
 #include "runtime/base/env.h"
 #include "runtime/base/splitmix64.h"
+#include "runtime/device/cpu_device.h"
 
 namespace zs {
 namespace {

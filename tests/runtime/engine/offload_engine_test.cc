@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -367,6 +368,28 @@ TEST(OffloadEngine, StaleSwapFileOfAKilledRunIsNamed) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition) << r.status().ToString();
   EXPECT_THAT(r.status().message(), HasSubstr(stale));
+}
+
+// A disk that cannot hold the swap file (here: a file-size limit below it) stops the engine at
+// Create, naming the file and the bytes, before anything trains.
+TEST(OffloadEngine, FullDiskIsAnErrorAtStartNamingTheFile) {
+  SwapDir dir;
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &saved), 0);
+  rlimit low = saved;
+  low.rlim_cur = 256 * 1024;  // the wide model's states need several MiB
+  sighandler_t old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &low), 0);
+  RunSpec spec = OneRankOnNvme(2, 2, /*pipeline=*/true, dir);
+  spec.steps = 1;
+  auto r = Train(spec);
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &saved), 0);
+  std::signal(SIGXFSZ, old_handler);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kIoError) << r.status().ToString();
+  EXPECT_THAT(r.status().message(), HasSubstr(dir.str()));
+  EXPECT_THAT(r.status().message(), HasSubstr("zerostack-optimizer.rank0"));
+  EXPECT_EQ(dir.files(), 0u) << "a failed start leaves no file behind";
 }
 
 TEST(OffloadEngine, PinnedStatesBeyondTheMemlockLimitAreAClearError) {
