@@ -240,7 +240,7 @@ class StepBench {
     ZS_CHECK(store.ok(), "{}", store.status().ToString());
     store_ = std::move(*store);
     const bool copies = tier != StepTier::kInMemory;
-    auto pipeline = TileCopyPipeline::Create(device_, copies ? 2 * kTile : 0, false);
+    auto pipeline = TileCopyPipeline::Create(device_, copies ? 2 * kTile : 0, PinMode::kPageable);
     ZS_CHECK(pipeline.ok(), "{}", pipeline.status().ToString());
     copies_ = std::move(*pipeline);
     for (int t = 0; t < store_->num_slots(); ++t) {  // initial master 0.5, zero states

@@ -8,8 +8,10 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <utility>
 
 #include "runtime/base/check.h"
+#include "runtime/base/log.h"
 
 namespace zs {
 namespace {
@@ -69,8 +71,65 @@ void UnpinHostMemory(void* ptr, size_t bytes) {
   g_pinned_bytes -= bytes;
 }
 
+PinMode PinModeFor(bool pin_memory, bool fallback) {
+  if (!pin_memory) return PinMode::kPageable;
+  return fallback ? PinMode::kPinnedOrPageable : PinMode::kPinned;
+}
+
+StatusOr<MemoryTier> HostTierFor(Device& device, size_t bytes, PinMode mode,
+                                 const std::string& what) {
+  if (mode == PinMode::kPageable) return MemoryTier::kHost;
+  if (device.kind() != DeviceKind::kCpu) return MemoryTier::kPinnedHost;
+  const std::optional<size_t> limit = MemlockLimitBytes();
+  if (!limit || PinnedBytesInProcess() + bytes <= *limit) return MemoryTier::kPinnedHost;
+  Status refused = PinHostMemory(nullptr, bytes, what);  // the limit error, nothing locked
+  if (mode == PinMode::kPinned) return refused;
+  static std::once_flag logged;
+  std::call_once(logged, [&] {
+    ZS_LOG(kWarn,
+           "offload: {}; zerostack.pin_memory_fallback is set, so this and any later host "
+           "memory that does not fit the limit is pageable (counted as host, not pinned_host)",
+           refused.message());
+  });
+  return MemoryTier::kHost;
+}
+
+StatusOr<TieredBuffer> TieredBuffer::Allocate(Device& device, size_t bytes, MemoryTier tier,
+                                              PinMode mode, MemoryCategory category,
+                                              const std::string& what) {
+  if (tier != MemoryTier::kDevice) {
+    ZS_ASSIGN_OR_RETURN(tier, HostTierFor(device, bytes, mode, what));
+  }
+  TieredBuffer out;
+  ZS_ASSIGN_OR_RETURN(out.buffer_, device.Allocate(bytes, tier, category));
+  if (tier == MemoryTier::kPinnedHost && device.kind() == DeviceKind::kCpu) {
+    ZS_RETURN_IF_ERROR(PinHostMemory(out.buffer_.data(), out.buffer_.size(), what));
+    out.locked_ = true;
+  }
+  return out;
+}
+
+TieredBuffer::TieredBuffer(TieredBuffer&& other) noexcept
+    : buffer_(std::move(other.buffer_)), locked_(std::exchange(other.locked_, false)) {}
+
+TieredBuffer& TieredBuffer::operator=(TieredBuffer&& other) noexcept {
+  if (this != &other) {
+    Unlock();
+    buffer_ = std::move(other.buffer_);
+    locked_ = std::exchange(other.locked_, false);
+  }
+  return *this;
+}
+
+TieredBuffer::~TieredBuffer() { Unlock(); }
+
+void TieredBuffer::Unlock() {
+  if (locked_) UnpinHostMemory(buffer_.data(), buffer_.size());
+  locked_ = false;
+}
+
 StatusOr<std::unique_ptr<PinnedBufferPool>> PinnedBufferPool::Create(Device& device, int64_t count,
-                                                                     size_t bytes, bool pin,
+                                                                     size_t bytes, PinMode mode,
                                                                      MemoryCategory category,
                                                                      const std::string& what) {
   if (count < 1) {
@@ -78,17 +137,11 @@ StatusOr<std::unique_ptr<PinnedBufferPool>> PinnedBufferPool::Create(Device& dev
   }
   auto pool = std::unique_ptr<PinnedBufferPool>(new PinnedBufferPool());
   pool->bytes_ = (bytes + kPinAlignment - 1) / kPinAlignment * kPinAlignment;
-  pool->pinned_ = pin;
-  const MemoryTier tier = pin ? MemoryTier::kPinnedHost : MemoryTier::kHost;
-  const bool lock = pin && device.kind() == DeviceKind::kCpu;
-  if (lock) {
-    // One check for the whole pool before anything is allocated: the error names all of it.
-    const size_t total = pool->bytes_ * size_t(count);
-    const std::optional<size_t> limit = MemlockLimitBytes();
-    if (limit && PinnedBytesInProcess() + total > *limit) {
-      return PinHostMemory(nullptr, total, what);  // the limit error, nothing locked
-    }
-  }
+  // One decision for the whole pool before anything is allocated: an error names all of it.
+  ZS_ASSIGN_OR_RETURN(const MemoryTier tier,
+                      HostTierFor(device, pool->bytes_ * size_t(count), mode, what));
+  pool->pinned_ = tier == MemoryTier::kPinnedHost;
+  const bool lock = pool->pinned_ && device.kind() == DeviceKind::kCpu;
   for (int64_t i = 0; i < count; ++i) {
     auto buffer = device.Allocate(pool->bytes_, tier, category);
     if (!buffer.ok()) {

@@ -46,10 +46,52 @@ size_t PinnedBytesInProcess();
 // The RLIMIT_MEMLOCK soft limit in bytes (none: unlimited).
 std::optional<size_t> MemlockLimitBytes();
 
+// How offload/ allocates host memory: pageable (kHost), pinned (kPinnedHost; too low a
+// memlock limit is an error), or pinned where the limit allows and pageable beyond it (the
+// config's pin_memory with zerostack.pin_memory_fallback; the fallback is logged once per
+// process and the memory is counted as kHost, as it is).
+enum class PinMode : uint8_t { kPageable, kPinned, kPinnedOrPageable };
+PinMode PinModeFor(bool pin_memory, bool fallback);
+
+// The tier `bytes` more of host memory get under `mode` on `device`: kHost for kPageable;
+// kPinnedHost on a CUDA device (the driver pins) or where the memlock limit allows; otherwise
+// the limit error (kPinned) or kHost after logging the fallback once (kPinnedOrPageable).
+StatusOr<MemoryTier> HostTierFor(Device& device, size_t bytes, PinMode mode,
+                                 const std::string& what);
+
+// A DeviceBuffer in any tier whose pages are locked when it is kPinnedHost on a CPU device, and
+// unlocked before it is freed. Move-only. What the engine keeps in host memory under offload.
+class TieredBuffer {
+ public:
+  // Device memory (tier kDevice) or host memory as HostTierFor decides.
+  static StatusOr<TieredBuffer> Allocate(Device& device, size_t bytes, MemoryTier tier,
+                                         PinMode mode, MemoryCategory category,
+                                         const std::string& what);
+  TieredBuffer() = default;
+  TieredBuffer(TieredBuffer&& other) noexcept;
+  TieredBuffer& operator=(TieredBuffer&& other) noexcept;
+  ~TieredBuffer();
+
+  void* data() const { return buffer_.data(); }
+  template <typename T>
+  T* data_as() const {
+    return buffer_.data_as<T>();
+  }
+  size_t size() const { return buffer_.size(); }
+  MemoryTier tier() const { return buffer_.tier(); }
+  explicit operator bool() const { return bool(buffer_); }
+
+ private:
+  void Unlock();
+  DeviceBuffer buffer_;
+  bool locked_ = false;
+};
+
 class PinnedBufferPool {
  public:
+  // mode kPageable allocates kHost buffers; otherwise HostTierFor decides for all of them.
   static StatusOr<std::unique_ptr<PinnedBufferPool>> Create(Device& device, int64_t count,
-                                                            size_t bytes, bool pin,
+                                                            size_t bytes, PinMode mode,
                                                             MemoryCategory category,
                                                             const std::string& what);
   ~PinnedBufferPool();

@@ -51,6 +51,7 @@ StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(const ShardStoreOptions
   }
   auto store = std::unique_ptr<ShardStore>(new ShardStore(options, device, slots.size()));
   const bool nvme = options.tier == MemoryTier::kNvme;
+  store->tier_ = options.tier;
   const int64_t align = nvme ? kNvmeAlignment : kMemoryArrayAlignment;
   int64_t largest = 0;
   for (SlotShape& shape : slots) {
@@ -72,18 +73,24 @@ StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(const ShardStoreOptions
   if (!nvme) {
     for (Slot& s : store->slots_) {
       if (s.bytes == 0) continue;
-      auto memory = device.Allocate(size_t(s.bytes), options.tier, options.category);
+      const PinMode pin = options.tier == MemoryTier::kPinnedHost ? PinMode::kPinned : options.pin;
+      auto memory =
+          TieredBuffer::Allocate(device, size_t(s.bytes), options.tier, pin, options.category,
+                                 fmt::format("{} of {}", options.what, s.shape.name));
       if (!memory.ok()) {
         return memory.status().WithContext(
             fmt::format("{} of {} ({} bytes)", options.what, s.shape.name, s.bytes));
       }
       s.memory = std::move(*memory);
-      // Host arrays that stand for pinned memory are locked on a CPU device too.
-      if (options.tier == MemoryTier::kPinnedHost && device.kind() == DeviceKind::kCpu) {
-        ZS_RETURN_IF_ERROR(PinHostMemory(s.memory.data(), s.memory.size(),
-                                         fmt::format("{} of {}", options.what, s.shape.name)));
-        s.pinned = true;
-      }
+    }
+    if (options.tier != MemoryTier::kDevice) {  // pinned only if every slot got pinned memory
+      const bool pinning =
+          options.tier == MemoryTier::kPinnedHost || options.pin != PinMode::kPageable;
+      const bool all_pinned =
+          pinning && std::all_of(store->slots_.begin(), store->slots_.end(), [](const Slot& s) {
+            return s.bytes == 0 || s.memory.tier() == MemoryTier::kPinnedHost;
+          });
+      store->tier_ = all_pinned ? MemoryTier::kPinnedHost : MemoryTier::kHost;
     }
     return store;
   }
@@ -94,7 +101,7 @@ StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(const ShardStoreOptions
   ZS_ASSIGN_OR_RETURN(
       store->buffers_,
       PinnedBufferPool::Create(device, options.buffer_count, size_t(std::max<int64_t>(largest, 1)),
-                               options.pin_memory, options.category,
+                               options.pin, options.category,
                                fmt::format("NVMe staging buffers of the {}", options.what)));
   device.tracker().Add(MemoryTier::kNvme, options.category, store->total_bytes_);
   return store;
@@ -103,7 +110,6 @@ StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(const ShardStoreOptions
 ShardStore::~ShardStore() {
   for (Slot& s : slots_) {
     if (s.io.valid()) s.io.Wait().IgnoreError();
-    if (s.pinned) UnpinHostMemory(s.memory.data(), s.memory.size());
   }
   if (file_ != nullptr) device_.tracker().Sub(MemoryTier::kNvme, options_.category, total_bytes_);
 }

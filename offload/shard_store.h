@@ -8,10 +8,10 @@
 //   given byte sizes. The store does not know what the arrays mean.
 // - Tiers (ShardStoreOptions::tier):
 //     kDevice, kHost, kPinnedHost  every slot's arrays are allocated at Create in that tier (one
-//                                  allocation per slot) and are always kResident; Acquire and
-//                                  Release do no I/O.
+//                                  allocation per slot; host memory pinned as `pin` says) and
+//                                  are always kResident; Acquire and Release do no I/O.
 //     kNvme                        every slot has a region in one NvmeStore file; buffer_count
-//                                  staging buffers (a PinnedBufferPool, pinned when pin_memory)
+//                                  staging buffers (a PinnedBufferPool, pinned as `pin` says)
 //                                  hold the slots that are in memory. MemoryTier::kNvme counts
 //                                  the file's bytes in the device's tracker.
 // - Slot states (NVMe; memory tiers are always kResident), one checked transition point (Move):
@@ -76,7 +76,9 @@ struct ShardStoreOptions {
   // kNvme only:
   NvmeStoreOptions nvme;     // dir = nvme_path, name = "<what>.rank<r>", aio settings
   int64_t buffer_count = 4;  // staging buffers (>= 2)
-  bool pin_memory = false;   // staging buffers page-locked (pinned_buffer_pool.h)
+  // Host memory (kHost arrays, NVMe staging buffers) page-locked or not (pinned_buffer_pool.h);
+  // tier kPinnedHost means kHost with PinMode::kPinned.
+  PinMode pin = PinMode::kPageable;
   bool pipeline_read = true;
   bool pipeline_write = true;
   // Not owned; null: no trace. The NVMe requests (nvme_store.h) and the host's waits for them
@@ -119,7 +121,9 @@ class ShardStore {
   int num_slots() const { return int(slots_.size()); }
   const SlotShape& shape(int slot) const { return slots_[size_t(slot)].shape; }
   SlotResidency residency(int slot) const { return slots_[size_t(slot)].state; }
-  MemoryTier tier() const { return options_.tier; }
+  // Where the arrays are: kDevice, kNvme, or for host memory kPinnedHost when every slot got
+  // pinned memory and kHost when any is pageable (pin mode, memlock fallback).
+  MemoryTier tier() const { return tier_; }
   const ShardStoreStats& stats() const { return stats_; }
   // The NVMe file (empty for memory tiers) and the I/O backend in use.
   std::string path() const;
@@ -138,8 +142,7 @@ class ShardStore {
     bool acquired = false;
     bool prefetched = false;  // its read was started by a prefetch
     int buffer = -1;          // kNvme: the staging buffer, or -1
-    DeviceBuffer memory;      // memory tiers
-    bool pinned = false;      // memory mlock'ed (kPinnedHost on a CPU device)
+    TieredBuffer memory;      // memory tiers
     IoHandle io;              // kFetching / kWritingBack
   };
 
@@ -162,6 +165,7 @@ class ShardStore {
   Device& device_;
   std::vector<Slot> slots_;
   int64_t total_bytes_ = 0;
+  MemoryTier tier_ = MemoryTier::kDevice;
   std::unique_ptr<NvmeStore> file_;
   std::unique_ptr<PinnedBufferPool> buffers_;
   std::deque<int> writes_;  // slots in kWritingBack, oldest first

@@ -10,7 +10,7 @@
 namespace zs {
 
 StatusOr<std::unique_ptr<TileCopyPipeline>> TileCopyPipeline::Create(Device& device,
-                                                                     int64_t max_bytes, bool pin,
+                                                                     int64_t max_bytes, PinMode pin,
                                                                      TraceRecorder* trace) {
   auto p = std::unique_ptr<TileCopyPipeline>(new TileCopyPipeline(device));
   p->trace_ = trace;

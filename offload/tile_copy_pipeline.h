@@ -58,7 +58,7 @@ class TileCopyPipeline {
   // trace (not owned, may be null): each copy becomes a span on track "copy d2h" or "copy h2d",
   // timed on the stream itself (host functions around the copy).
   static StatusOr<std::unique_ptr<TileCopyPipeline>> Create(Device& device, int64_t max_bytes,
-                                                            bool pin,
+                                                            PinMode pin,
                                                             TraceRecorder* trace = nullptr);
   ~TileCopyPipeline();
 

@@ -525,6 +525,9 @@ const std::vector<KeyDecl>& Keys() {
                         "the last-level cache in sysfs), else bytes (0: always beyond)",
                         "size"));
     k->back().info.allowed = "-1 (auto), or 0 and up (bytes)";
+    k->push_back(BoolKey("zerostack.pin_memory_fallback", ZS_FIELD(zerostack.pin_memory_fallback),
+                         "offload with pin_memory where ulimit -l is too low: false, an error "
+                         "naming the limit; true, pageable host memory instead, logged once"));
     k->push_back(ParamGroupsKey());
     // Defaults come from a default-built config.
     const EngineConfig defaults;

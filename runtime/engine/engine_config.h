@@ -159,6 +159,9 @@ struct ZerostackConfig {
   // The largest optimizer working set per rank treated as cache-resident: -1 auto (a quarter of
   // the last-level cache), else bytes (ShardStep::cache_resident_bytes).
   int64_t optimizer_cache_resident_bytes = -1;
+  // pin_memory where RLIMIT_MEMLOCK is too low: false, an error naming the limit; true, pageable
+  // memory instead, said once in the log (offload/pinned_buffer_pool.h, [Note: memlock]).
+  bool pin_memory_fallback = false;
   // Hyper-parameters per named parameter group (param_group_config.h); empty: one group.
   std::vector<ParamGroupConfig> param_groups;
 

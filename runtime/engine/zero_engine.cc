@@ -68,11 +68,11 @@ struct UnitState {
 
   ShardLayout layout;
   // Stages 0-2: padded unit; stage 3: this rank's shard (compute dtype). Device memory, or host
-  // memory under offload_param.
-  DeviceBuffer params;
+  // memory under offload_param cpu (none under nvme: param_store_ holds it).
+  TieredBuffer params;
   // Stages 0-1: padded unit; stages 2-3: shard (compute dtype). Device memory, or host memory
   // at stages 2-3 under offload_optimizer (the reducer's output leaves the device at once).
-  DeviceBuffer grads;
+  TieredBuffer grads;
   // The fp32 master and optimizer states over the optimizer range live in the engine's
   // ShardStore, one slot per optimizer tile ([Note: optimizer tiles]).
   std::vector<int> tiles;
@@ -184,6 +184,11 @@ class ZeroEngine::Impl {
   }
   MemoryTier GradTier() const;
   MemoryTier ParamTier() const;
+  PinMode OptimizerPin() const;
+  PinMode ParamPin() const;
+  // A unit's parameters or gradients: device memory, or host memory pinned as `pin` says.
+  StatusOr<TieredBuffer> AllocArray(int64_t elements, MemoryTier tier, PinMode pin,
+                                    MemoryCategory category, const std::string& what, int unit);
   bool params_on_nvme() const {
     return config_.zero_optimization.offload_param.device == OffloadDevice::kNvme;
   }
@@ -217,9 +222,9 @@ class ZeroEngine::Impl {
   std::vector<OptimizerTile> tiles_;
   std::unique_ptr<ShardStore> states_;
   std::unique_ptr<TileCopyPipeline> copies_;
-  std::unique_ptr<ShardStore> param_store_;     // offload_param nvme only
-  std::unique_ptr<ShardSource> param_source_;   // param_store_ as the gatherer's shard source
-  SlotView param_slot_;                          // StepTiles: the unit's shard being written
+  std::unique_ptr<ShardStore> param_store_;    // offload_param nvme only
+  std::unique_ptr<ShardSource> param_source_;  // param_store_ as the gatherer's shard source
+  SlotView param_slot_;                        // StepTiles: the unit's shard being written
   std::unique_ptr<GradientReducer> reducer_;
   std::unique_ptr<GatherCoordinator> gatherer_;  // stage 3 only
 
@@ -229,6 +234,21 @@ class ZeroEngine::Impl {
                                const std::string& what, int unit, MemoryTier tier = kTier);
   Status CheckUnit(int unit) const;
 };
+
+StatusOr<TieredBuffer> ZeroEngine::Impl::AllocArray(int64_t elements, MemoryTier tier, PinMode pin,
+                                                    MemoryCategory category,
+                                                    const std::string& what, int unit) {
+  const std::string name =
+      fmt::format("engine (rank {}): {} of unit '{}'", dp_.rank(), what, model_.units[unit].name);
+  auto buffer = TieredBuffer::Allocate(device_, size_t(elements) * DTypeSize(dtype_), tier, pin,
+                                       category, name);
+  if (!buffer.ok()) {
+    return Status(buffer.status().code(),
+                  fmt::format("{} ({} elements of {}): {}", name, elements, DTypeName(dtype_),
+                              buffer.status().message()));
+  }
+  return buffer;
+}
 
 StatusOr<DeviceBuffer> ZeroEngine::Impl::Alloc(int64_t elements, DType type,
                                                MemoryCategory category, const std::string& what,
@@ -324,12 +344,13 @@ Status ZeroEngine::Impl::Init(const ParamInit& init) {
     s.opt_begin = stage() == 0 ? 0 : shard_begin;
     s.opt_size = stage() == 0 ? padded : shard;
     if (!params_on_nvme()) {  // on NVMe the shards live in param_store_
-      ZS_ASSIGN_OR_RETURN(s.params, Alloc(stage() == 3 ? shard : padded, dtype_,
-                                          MemoryCategory::kParameters, "parameters", unit,
-                                          ParamTier()));
+      ZS_ASSIGN_OR_RETURN(s.params,
+                          AllocArray(stage() == 3 ? shard : padded, ParamTier(), ParamPin(),
+                                     MemoryCategory::kParameters, "parameters", unit));
     }
-    ZS_ASSIGN_OR_RETURN(s.grads, Alloc(stage() >= 2 ? shard : padded, dtype_,
-                                       MemoryCategory::kGradients, "gradients", unit, GradTier()));
+    ZS_ASSIGN_OR_RETURN(s.grads,
+                        AllocArray(stage() >= 2 ? shard : padded, GradTier(), OptimizerPin(),
+                                   MemoryCategory::kGradients, "gradients", unit));
     // Padding and gaps stay zero in every buffer.
     if (s.params) std::memset(s.params.data(), 0, s.params.size());
     std::memset(s.grads.data(), 0, s.grads.size());
@@ -370,7 +391,8 @@ Status ZeroEngine::Impl::Init(const ParamInit& init) {
     std::vector<float> values;
     char* params = s.params.data_as<char>();
     if (params_on_nvme()) {
-      ZS_ASSIGN_OR_RETURN(SlotView slot, param_store_->Acquire(unit, ShardStore::Access::kOverwrite));
+      ZS_ASSIGN_OR_RETURN(SlotView slot,
+                          param_store_->Acquire(unit, ShardStore::Access::kOverwrite));
       params = slot.arrays[0];
       if (params != nullptr) std::memset(params, 0, size_t(param_size) * DTypeSize(dtype_));
     }
@@ -457,8 +479,7 @@ Status ZeroEngine::Impl::Begin(int unit, bool backward) {
   UnitState& s = units_[unit];
   const std::string& name = model_.units[unit].name;
   if (backward) {
-    ZS_CHECK(s.phase != UnitPhase::kIdle &&
-                 s.backward_done + s.open_backward < s.forward_uses,
+    ZS_CHECK(s.phase != UnitPhase::kIdle && s.backward_done + s.open_backward < s.forward_uses,
              "BeginBackward(unit '{}'): its forward was bracketed {} times and {} backward "
              "brackets are already open or done",
              name, s.forward_uses, s.backward_done + s.open_backward);
@@ -732,18 +753,28 @@ OptimizerHyper ZeroEngine::Impl::Hyper(double lr) const {
   return h;
 }
 
+// Host tiers below are "host memory"; TieredBuffer pins it as OptimizerPin()/ParamPin() say.
 MemoryTier ZeroEngine::Impl::GradTier() const {
   // Stages 2/3 keep only the reduced shard, which leaves the device as the reducer produces it.
   if (optimizer_offload() == OffloadDevice::kNone || stage() < 2) return kTier;
-  return config_.zero_optimization.offload_optimizer.pin_memory ? MemoryTier::kPinnedHost
-                                                                 : MemoryTier::kHost;
+  return MemoryTier::kHost;
 }
 
 MemoryTier ZeroEngine::Impl::ParamTier() const {
   const OffloadConfig& o = config_.zero_optimization.offload_param;
   if (o.device == OffloadDevice::kNone) return kTier;
   if (o.device == OffloadDevice::kNvme) return MemoryTier::kNvme;
-  return o.pin_memory ? MemoryTier::kPinnedHost : MemoryTier::kHost;
+  return MemoryTier::kHost;
+}
+
+PinMode ZeroEngine::Impl::OptimizerPin() const {
+  return PinModeFor(config_.zero_optimization.offload_optimizer.pin_memory,
+                    config_.zerostack.pin_memory_fallback);
+}
+
+PinMode ZeroEngine::Impl::ParamPin() const {
+  return PinModeFor(config_.zero_optimization.offload_param.pin_memory,
+                    config_.zerostack.pin_memory_fallback);
 }
 
 namespace {
@@ -776,7 +807,7 @@ Status ZeroEngine::Impl::CreateParamStore() {
   options.category = MemoryCategory::kParameters;
   options.what = fmt::format("parameters (rank {})", dp_.rank());
   options.buffer_count = offload.buffer_count;
-  options.pin_memory = offload.pin_memory;
+  options.pin = ParamPin();
   options.pipeline_read = true;  // read ahead along the recorded gather order
   options.pipeline_write = true;
   options.nvme.dir = offload.nvme_path;
@@ -797,8 +828,8 @@ Status ZeroEngine::Impl::CreateOptimizerStore() {
   const int64_t sub_group =
       optimizer_offload() == OffloadDevice::kNone
           ? std::numeric_limits<int64_t>::max()
-          : std::max(kSubGroupQuantum,
-                     config_.zero_optimization.sub_group_size / kSubGroupQuantum * kSubGroupQuantum);
+          : std::max(kSubGroupQuantum, config_.zero_optimization.sub_group_size / kSubGroupQuantum *
+                                           kSubGroupQuantum);
   const OptimizerHyper hyper = Hyper(0.0);
   const StateDType type = state_dtype();
   const int num_states = NumStates(hyper.kind, hyper.beta1);
@@ -840,12 +871,13 @@ Status ZeroEngine::Impl::CreateOptimizerStore() {
       options.tier = kTier;
       break;
     case OffloadDevice::kCpu:
-      options.tier = offload.pin_memory ? MemoryTier::kPinnedHost : MemoryTier::kHost;
+      options.tier = MemoryTier::kHost;
+      options.pin = OptimizerPin();
       break;
     case OffloadDevice::kNvme:
       options.tier = MemoryTier::kNvme;
       options.buffer_count = offload.buffer_count;
-      options.pin_memory = offload.pin_memory;
+      options.pin = OptimizerPin();
       options.pipeline_read = offload.pipeline_read;
       options.pipeline_write = offload.pipeline_write;
       options.nvme.dir = offload.nvme_path;
@@ -862,8 +894,8 @@ Status ZeroEngine::Impl::CreateOptimizerStore() {
   ZS_ASSIGN_OR_RETURN(states_, ShardStore::Create(options, std::move(shapes), device_));
   // Copies around the step exist only when the optimizer is off the device (ZeRO-Offload).
   const bool copy = optimizer_offload() != OffloadDevice::kNone;
-  ZS_ASSIGN_OR_RETURN(copies_, TileCopyPipeline::Create(device_, copy ? largest_copy : 0,
-                                                        offload.pin_memory, trace_));
+  ZS_ASSIGN_OR_RETURN(
+      copies_, TileCopyPipeline::Create(device_, copy ? largest_copy : 0, OptimizerPin(), trace_));
   return OkStatus();
 }
 
@@ -947,9 +979,9 @@ Status ZeroEngine::Impl::StepTiles(const OptimizerHyper& hyper, float grad_scale
     shard.seed = (uint64_t(tile.unit) << 40) ^ uint64_t(s.opt_begin);
     shard.index_base = tile.begin;
     {
-      TraceRecorder::Span span = TraceRecorder::Begin(
-          trace_, track_optimizer_, "step " + states_->shape(int(t)).name,
-          fmt::format(R"({{"elements":{}}})", tile.size()));
+      TraceRecorder::Span span =
+          TraceRecorder::Begin(trace_, track_optimizer_, "step " + states_->shape(int(t)).name,
+                               fmt::format(R"({{"elements":{}}})", tile.size()));
       optimizer_.Step(hyper, shard);
     }
     ZS_RETURN_IF_ERROR(copies_->Release(int(t)));
@@ -1117,7 +1149,11 @@ OffloadReport ZeroEngine::offload_report() const {
   OffloadReport r;
   const ShardStore& store = *impl_->states_;
   r.optimizer_tier = std::string(MemoryTierName(store.tier()));
-  r.parameter_tier = std::string(MemoryTierName(impl_->ParamTier()));
+  // The tier the shards got (host memory may be pageable after a pin_memory fallback).
+  const MemoryTier param_tier = impl_->units_.empty() || !impl_->units_[0].params
+                                    ? impl_->ParamTier()
+                                    : impl_->units_[0].params.tier();
+  r.parameter_tier = std::string(MemoryTierName(param_tier));
   r.nvme_file = store.path();
   r.io_backend = store.io_backend();
   r.tiles = store.num_slots();

@@ -196,14 +196,14 @@ TEST_F(ShardStoreTest, PinnedPoolChecksTheMemlockLimit) {
   rlimit low = saved;
   low.rlim_cur = 256 * 1024;
   ASSERT_EQ(setrlimit(RLIMIT_MEMLOCK, &low), 0);
-  auto small = PinnedBufferPool::Create(device_, 4, 16 * 1024, true, MemoryCategory::kCommBuffers,
-                                        "small buffers");
+  auto small = PinnedBufferPool::Create(device_, 4, 16 * 1024, PinMode::kPinned,
+                                        MemoryCategory::kCommBuffers, "small buffers");
   ASSERT_TRUE(small.ok()) << small.status().ToString();
   EXPECT_EQ(PinnedBytesInProcess(), 64u * 1024);
   EXPECT_EQ(tracker_.Current(MemoryTier::kPinnedHost, MemoryCategory::kCommBuffers), 64 * 1024);
   // The limit counts what the process already pins.
-  auto big = PinnedBufferPool::Create(device_, 4, 64 * 1024, true, MemoryCategory::kCommBuffers,
-                                      "big buffers");
+  auto big = PinnedBufferPool::Create(device_, 4, 64 * 1024, PinMode::kPinned,
+                                      MemoryCategory::kCommBuffers, "big buffers");
   ASSERT_EQ(setrlimit(RLIMIT_MEMLOCK, &saved), 0);
   ASSERT_FALSE(big.ok());
   EXPECT_EQ(big.status().code(), StatusCode::kOutOfMemory);
@@ -215,8 +215,8 @@ TEST_F(ShardStoreTest, PinnedPoolChecksTheMemlockLimit) {
   small->reset();
   EXPECT_EQ(PinnedBytesInProcess(), 0u);
   // Unpinned pools are not limited.
-  auto pageable = PinnedBufferPool::Create(device_, 2, 1 << 20, false, MemoryCategory::kCommBuffers,
-                                           "pageable");
+  auto pageable = PinnedBufferPool::Create(device_, 2, 1 << 20, PinMode::kPageable,
+                                           MemoryCategory::kCommBuffers, "pageable");
   ASSERT_TRUE(pageable.ok());
   EXPECT_FALSE((*pageable)->pinned());
   auto i = (*pageable)->Take();
@@ -237,7 +237,7 @@ TEST_F(ShardStoreTest, TileCopiesMoveEveryByteAndCountThem) {
   ASSERT_TRUE(device_grads.ok() && device_params.ok());
   char* g = device_grads->data_as<char>();
   for (int64_t i = 0; i < kTiles * kBytes; ++i) g[i] = char(i * 13);
-  auto pipeline = TileCopyPipeline::Create(device_, kBytes, false);
+  auto pipeline = TileCopyPipeline::Create(device_, kBytes, PinMode::kPageable);
   ASSERT_TRUE(pipeline.ok()) << pipeline.status().ToString();
   for (int pass = 0; pass < 2; ++pass) {
     std::vector<TileCopy> tiles;
@@ -264,7 +264,7 @@ TEST_F(ShardStoreTest, TileCopiesMoveEveryByteAndCountThem) {
   EXPECT_EQ((*pipeline)->stats().device_to_host_bytes, 2 * kTiles * kBytes);
   EXPECT_EQ((*pipeline)->stats().host_to_device_bytes, 2 * kTiles * kBytes);
   // Host-resident arrays are used in place: nothing is copied.
-  auto direct = TileCopyPipeline::Create(device_, 0, false);
+  auto direct = TileCopyPipeline::Create(device_, 0, PinMode::kPageable);
   ASSERT_TRUE(direct.ok());
   ASSERT_TRUE((*direct)->Begin({{g, kBytes, false, g, kBytes, false}}).ok());
   auto view = (*direct)->Acquire(0);

@@ -382,7 +382,8 @@ EngineConfig NonDefaultConfig() {
                  .optimizer_state_dtype = OptimizerStateType::kInt8,
                  .optimizer_threads = 3,
                  .optimizer_prefetch = 0,
-                 .optimizer_cache_resident_bytes = 0};
+                 .optimizer_cache_resident_bytes = 0,
+                 .pin_memory_fallback = true};
   c.zerostack.param_groups = {
       {.name = "embeddings", .lr_scale = 0.25, .betas = {{0.85, 0.95}}, .eps = 1e-6,
        .weight_decay = 0.0},

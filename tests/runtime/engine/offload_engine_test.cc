@@ -68,6 +68,9 @@ EngineConfig WithOffload(EngineConfig c, const Offload& o, const std::string& di
   opt.device = o.device;
   opt.nvme_path = dir;
   opt.pin_memory = o.pin;
+  // Pinned cases pin what a default `ulimit -l` (often 8 MiB) allows and fall back beyond it;
+  // PinnedStatesBeyondTheMemlockLimitAreAClearError checks the strict default.
+  c.zerostack.pin_memory_fallback = o.pin;
   opt.buffer_count = o.buffer_count;
   opt.pipeline_read = opt.pipeline_write = o.pipeline;
   c.zero_optimization.sub_group_size = o.sub_group_size;
@@ -403,6 +406,7 @@ TEST(OffloadEngine, PinnedStatesBeyondTheMemlockLimitAreAClearError) {
   spec.world = 1;
   spec.steps = 1;
   spec.config = WithOffload(BaseConfig(2), {"cpu pinned", OffloadDevice::kCpu, true}, "");
+  spec.config.zerostack.pin_memory_fallback = false;  // the default: strict
   auto r = Train(spec);
   ASSERT_EQ(setrlimit(RLIMIT_MEMLOCK, &saved), 0);
   ASSERT_FALSE(r.ok());
@@ -411,6 +415,17 @@ TEST(OffloadEngine, PinnedStatesBeyondTheMemlockLimitAreAClearError) {
   EXPECT_THAT(r.status().message(), HasSubstr("64.0 KiB"));
   EXPECT_THAT(r.status().message(), HasSubstr("pin_memory: false"));
   EXPECT_EQ(PinnedBytesInProcess(), 0u) << "nothing stays pinned after the failed start";
+
+  // With the fallback the same run trains, in pageable memory, counted as host memory.
+  ASSERT_EQ(setrlimit(RLIMIT_MEMLOCK, &low), 0);
+  spec.config.zerostack.pin_memory_fallback = true;
+  auto fallback = Train(spec);
+  ASSERT_EQ(setrlimit(RLIMIT_MEMLOCK, &saved), 0);
+  ASSERT_TRUE(fallback.ok()) << fallback.status().ToString();
+  const MemorySnapshot& m = fallback->memory[0];
+  EXPECT_GT(m.Peak(MemoryTier::kHost, MemoryCategory::kOptimizerStates), 0);
+  EXPECT_LE(m.TierPeak(MemoryTier::kPinnedHost), 64 * 1024) << "pinned only what the limit allows";
+  EXPECT_EQ(PinnedBytesInProcess(), 0u);
 }
 
 }  // namespace
