@@ -121,7 +121,8 @@ install(TARGETS ${ZS_LIBRARY_TARGETS} ${zs_export_extra} zerostack
 foreach(zs_dir runtime kernels optimizers offload)
   if(IS_DIRECTORY ${PROJECT_SOURCE_DIR}/${zs_dir})
     install(DIRECTORY ${PROJECT_SOURCE_DIR}/${zs_dir}/ DESTINATION include/zerostack/${zs_dir}
-            FILES_MATCHING PATTERN "*.h")
+            FILES_MATCHING PATTERN "*.h"
+            PATTERN "*_impl.h" EXCLUDE)  # private to a target's sources (zero_engine_impl.h)
   endif()
 endforeach()
 install(FILES ${PROJECT_SOURCE_DIR}/include/zerostack/zerostack.h DESTINATION include/zerostack)

@@ -1,0 +1,230 @@
+// ZeroEngine::Impl and the per-unit and per-tile state behind it: private to the engine's
+// sources (zero_engine.cc: the hooks, the step and the public API; zero_engine_offload.cc: the
+// optimizer tiles, where their arrays live and the acquire-step-release loop). Not installed
+// for use; see zero_engine.h for the contract.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "offload/pinned_buffer_pool.h"
+#include "offload/shard_store.h"
+#include "offload/tile_copy_pipeline.h"
+#include "optimizers/cpu_optimizer.h"
+#include "optimizers/optimizer_spec.h"
+#include "runtime/base/trace_recorder.h"
+#include "runtime/engine/loss_scaler.h"
+#include "runtime/engine/step_memory_plan.h"
+#include "runtime/engine/zero_engine.h"
+#include "runtime/gather/gather_coordinator.h"
+#include "runtime/reduce/gradient_reducer.h"
+
+namespace zs {
+namespace engine_internal {
+
+// Everything the engine keeps lives in the device tier (on a CpuDevice that is host memory
+// standing in for device memory, so budgets and reports read as they would on a GPU).
+constexpr MemoryTier kTier = MemoryTier::kDevice;
+
+inline DType ComputeDType(const EngineConfig& config) {
+  if (config.bf16.enabled) return DType::kBF16;
+  if (config.fp16.enabled) return DType::kF16;
+  return DType::kF32;
+}
+
+// [Note: unit phases] Where a unit is in the micro-batch, whatever its brackets' nesting:
+//   kIdle      no bracket of this micro-batch yet (and none open); no gradient staging. Step
+//              requires every unit here.
+//   kForward   forward brackets opened (forward_uses > 0); no gradient yet. A unit used twice
+//              in a forward (weight sharing) stays here.
+//   kBackward  its first backward bracket opened: the fp32 gradient staging exists and
+//              accumulates until the last backward bracket (backward_done == forward_uses)
+//              hands it to the reducer, frees it and returns the unit to kIdle.
+// The parameters are materialized (gathered at stage 3, widened with bf16/fp16 compute) while
+// any bracket is open, in kForward or kBackward. MoveUnit is the one place phases change.
+enum class UnitPhase : uint8_t { kIdle, kForward, kBackward };
+
+inline std::string_view UnitPhaseName(UnitPhase p) {
+  switch (p) {
+    case UnitPhase::kIdle:
+      return "idle";
+    case UnitPhase::kForward:
+      return "forward";
+    case UnitPhase::kBackward:
+      return "backward";
+  }
+  return "?";
+}
+
+// One rank's storage and per-micro-batch bookkeeping for one unit.
+struct UnitState {
+  explicit UnitState(ShardLayout l) : layout(std::move(l)) {}
+
+  ShardLayout layout;
+  // Stages 0-2: padded unit; stage 3: this rank's shard (compute dtype). Device memory, or host
+  // memory under offload_param cpu (none under nvme: param_store_ holds it).
+  TieredBuffer params;
+  // Stages 0-1: padded unit; stages 2-3: shard (compute dtype). Device memory, or host memory
+  // at stages 2-3 under offload_optimizer (the reducer's output leaves the device at once).
+  TieredBuffer grads;
+  // The fp32 master and optimizer states over the optimizer range live in the engine's
+  // ShardStore, one slot per optimizer tile ([Note: optimizer tiles]).
+  std::vector<int> tiles;
+  std::vector<ShardSegment> segments;  // cover the optimizer range, shard-relative
+  int64_t opt_begin = 0;  // the optimizer range in the unit frame: [opt_begin, +opt_size)
+  int64_t opt_size = 0;
+  int64_t param_base = 0;  // unit offset of params' first element
+  int64_t grad_base = 0;   // unit offset of grads' first element
+
+  // Micro-batch state (see the bracket rules in unit_access.h): the phase, moved only by
+  // MoveUnit, and counts within it.
+  UnitPhase phase = UnitPhase::kIdle;
+  int forward_uses = 0;   // forward brackets opened this micro-batch (kForward, kBackward)
+  int backward_done = 0;  // backward brackets closed this micro-batch (kBackward)
+  int open = 0;           // brackets open now (forward and backward, nested)
+  int open_backward = 0;
+  const void* full = nullptr;  // the full parameters (compute dtype) while open > 0
+  DeviceBuffer view;           // fp32 widening of `full` while open > 0 (bf16/fp16 compute)
+  DeviceBuffer grad_staging;   // fp32 padded unit gradient: exactly in kBackward
+  int64_t reduced = 0;         // micro-batches reduced since the last Step
+  TraceRecorder::Clock::time_point opened;  // when open went 0 -> 1 (trace spans)
+};
+
+// [Note: optimizer tiles] A rank's optimizer range of a unit is stepped in tiles: the whole
+// range, or under offload_optimizer sub-groups of sub_group_size elements (rounded down to a
+// multiple of kSubGroupQuantum) starting at multiples of it, so that every tile starts on an int8
+// block and steps with index_base = its offset in the range: the same bits as one step of the
+// whole range (optimizer_spec.h, [Note: bit-identical splits]). Each tile is one ShardStore slot
+// holding the tile's arrays, in this order:
+enum TileArray { kMaster = 0, kState0, kState1, kScale0, kScale1, kNumTileArrays };
+constexpr int64_t kSubGroupQuantum = 65536;
+
+struct OptimizerTile {
+  int unit = 0;
+  int64_t begin = 0;  // [begin, end) within the unit's optimizer range
+  int64_t end = 0;
+  std::vector<ShardSegment> segments;  // the unit's, clipped to the tile and rebased
+  int64_t size() const { return end - begin; }
+};
+
+// Clips `segments` (covering a range) to [begin, end) and rebases them to begin.
+inline std::vector<ShardSegment> ClipSegments(const std::vector<ShardSegment>& segments,
+                                              int64_t begin, int64_t end) {
+  std::vector<ShardSegment> out;
+  for (const ShardSegment& seg : segments) {
+    const int64_t b = std::max(seg.begin, begin), e = std::min(seg.end, end);
+    if (b < e) out.push_back({b - begin, e - begin, seg.weight_decay, seg.group});
+  }
+  return out;
+}
+
+}  // namespace engine_internal
+
+// The engine's own sources name these types unqualified (this header is theirs alone).
+using namespace engine_internal;  // NOLINT(google-build-using-namespace)
+
+class ZeroEngine::Impl {
+ public:
+  Impl(const EngineConfig& config, ModelSpec model, Device& device, Communicator& dp,
+       TraceRecorder* trace)
+      : trace_(trace),
+        config_(config),
+        model_(std::move(model)),
+        device_(device),
+        dp_(dp),
+        dtype_(ComputeDType(config)),
+        scaler_(config.fp16),
+        schedule_(MakeLrSchedule(config.scheduler, config.optimizer.lr)),
+        optimizer_(int(config.zerostack.optimizer_threads)) {
+    if (trace_ != nullptr) {
+      track_step_ = trace_->Track("engine step");
+      track_compute_ = trace_->Track("compute");
+      track_gather_ = trace_->Track("gather");
+      track_reduce_ = trace_->Track("reduce");
+      track_optimizer_ = trace_->Track("optimizer");
+    }
+  }
+
+  Status Init(const ParamInit& init);
+
+  // UnitAccess.
+  Status Begin(int unit, bool backward);
+  Status End(int unit, bool backward);
+  std::span<const float> Param(int unit, int param);
+  std::span<float> Grad(int unit, int param);
+  float backward_scale() const {
+    return scaler_.scale() / float(dp_.size() * config_.gradient_accumulation_steps);
+  }
+
+  StatusOr<StepResult> Step();
+  StatusOr<std::vector<double>> AllGatherDouble(double local);
+  StatusOr<std::vector<float>> GatherMasterUnit(int unit);
+  Status AllGatherUpdatedParams();
+  void MoveUnit(int unit, UnitPhase to);
+  // Lays out the optimizer tiles and creates the ShardStore and the copy pipeline.
+  Status CreateOptimizerStore();
+  // Writes a unit's initial master values (over its optimizer range) and initial states.
+  Status InitOptimizerTiles(int unit, const std::vector<float>& master);
+  // Steps every tile: acquire, step, release.
+  Status StepTiles(const OptimizerHyper& hyper, float grad_scale);
+  OffloadDevice optimizer_offload() const {
+    return config_.zero_optimization.offload_optimizer.device;
+  }
+  MemoryTier GradTier() const;
+  MemoryTier ParamTier() const;
+  PinMode OptimizerPin() const;
+  PinMode ParamPin() const;
+  // A unit's parameters or gradients: device memory, or host memory pinned as `pin` says.
+  StatusOr<TieredBuffer> AllocArray(int64_t elements, MemoryTier tier, PinMode pin,
+                                    MemoryCategory category, const std::string& what, int unit);
+  bool params_on_nvme() const {
+    return config_.zero_optimization.offload_param.device == OffloadDevice::kNvme;
+  }
+  // offload_param nvme: one slot per unit holding this rank's parameter shard.
+  Status CreateParamStore();
+  OptimizerHyper Hyper(double lr) const;
+  int GroupIndex(const ParamSpec& param) const;
+  Status CheckParamGroups() const;
+  std::vector<GroupHyper> GroupHypers(const OptimizerHyper& hyper) const;
+  StateDType state_dtype() const;
+  // How every unit's optimizer step prefetches and stores param_out (step_memory_plan.h).
+  StepMemoryPlan PlanStepMemory(const OptimizerHyper& hyper) const;
+  int64_t MicroBatchesPending() const;
+
+  // Not owned (Create's `trace`), may be null; the engine's tracks in it.
+  TraceRecorder* trace_ = nullptr;
+  int track_compute_ = -1, track_gather_ = -1, track_reduce_ = -1, track_step_ = -1,
+      track_optimizer_ = -1;
+  const EngineConfig config_;
+  const ModelSpec model_;
+  Device& device_;
+  Communicator& dp_;
+  const DType dtype_;
+  LossScaler scaler_;
+  std::unique_ptr<LrSchedule> schedule_;
+  CpuOptimizer optimizer_;
+  int64_t step_ = 0;
+  std::unique_ptr<Communicator> gather_comm_;
+  std::unique_ptr<Communicator> reduce_comm_;
+  std::vector<UnitState> units_;
+  std::vector<OptimizerTile> tiles_;
+  std::unique_ptr<ShardStore> states_;
+  std::unique_ptr<TileCopyPipeline> copies_;
+  std::unique_ptr<ShardStore> param_store_;    // offload_param nvme only
+  std::unique_ptr<ShardSource> param_source_;  // param_store_ as the gatherer's shard source
+  SlotView param_slot_;                        // StepTiles: the unit's shard being written
+  std::unique_ptr<GradientReducer> reducer_;
+  std::unique_ptr<GatherCoordinator> gatherer_;  // stage 3 only
+
+ private:
+  int stage() const { return config_.zero_optimization.stage; }
+  StatusOr<DeviceBuffer> Alloc(int64_t elements, DType type, MemoryCategory category,
+                               const std::string& what, int unit, MemoryTier tier = kTier);
+  Status CheckUnit(int unit) const;
+};
+
+}  // namespace zs
