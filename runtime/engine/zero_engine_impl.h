@@ -184,6 +184,7 @@ class ZeroEngine::Impl {
   bool params_on_nvme() const {
     return config_.zero_optimization.offload_param.device == OffloadDevice::kNvme;
   }
+  NvmeStoreOptions NvmeOptions(const OffloadConfig& offload, const std::string& what) const;
   // offload_param nvme: one slot per unit holding this rank's parameter shard.
   Status CreateParamStore();
   OptimizerHyper Hyper(double lr) const;

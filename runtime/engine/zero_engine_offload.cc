@@ -38,6 +38,22 @@ PinMode ZeroEngine::Impl::ParamPin() const {
                     config_.zerostack.pin_memory_fallback);
 }
 
+// The swap file of `what` ("optimizer", "params") for this rank: the config's nvme_path and aio
+// section. One file per rank and purpose, so a killed run's file is found by the next run of
+// the same rank.
+NvmeStoreOptions ZeroEngine::Impl::NvmeOptions(const OffloadConfig& offload,
+                                               const std::string& what) const {
+  NvmeStoreOptions o;
+  o.dir = offload.nvme_path;
+  o.name = fmt::format("{}.rank{}", what, dp_.rank());
+  o.block_size = config_.aio.block_size;
+  o.queue_depth = config_.aio.queue_depth;
+  o.intra_op_parallelism = config_.aio.intra_op_parallelism;
+  o.single_submit = config_.aio.single_submit;
+  o.overlap_events = config_.aio.overlap_events;
+  return o;
+}
+
 namespace {
 // The parameter ShardStore as the GatherCoordinator's shard source: a unit's slot is held (read
 // in, unchanged) while its all-gather runs.
@@ -71,13 +87,7 @@ Status ZeroEngine::Impl::CreateParamStore() {
   options.pin = ParamPin();
   options.pipeline_read = true;  // read ahead along the recorded gather order
   options.pipeline_write = true;
-  options.nvme.dir = offload.nvme_path;
-  options.nvme.name = fmt::format("params.rank{}", dp_.rank());
-  options.nvme.block_size = config_.aio.block_size;
-  options.nvme.queue_depth = config_.aio.queue_depth;
-  options.nvme.intra_op_parallelism = config_.aio.intra_op_parallelism;
-  options.nvme.single_submit = config_.aio.single_submit;
-  options.nvme.overlap_events = config_.aio.overlap_events;
+  options.nvme = NvmeOptions(offload, "params");
   options.trace = trace_;
   ZS_ASSIGN_OR_RETURN(param_store_, ShardStore::Create(options, std::move(shapes), device_));
   param_source_ = std::make_unique<StoreShardSource>(*param_store_);
@@ -141,14 +151,7 @@ Status ZeroEngine::Impl::CreateOptimizerStore() {
       options.pin = OptimizerPin();
       options.pipeline_read = offload.pipeline_read;
       options.pipeline_write = offload.pipeline_write;
-      options.nvme.dir = offload.nvme_path;
-      // One file per rank: a killed run's file is found by the next run of the same rank.
-      options.nvme.name = fmt::format("optimizer.rank{}", dp_.rank());
-      options.nvme.block_size = config_.aio.block_size;
-      options.nvme.queue_depth = config_.aio.queue_depth;
-      options.nvme.intra_op_parallelism = config_.aio.intra_op_parallelism;
-      options.nvme.single_submit = config_.aio.single_submit;
-      options.nvme.overlap_events = config_.aio.overlap_events;
+      options.nvme = NvmeOptions(offload, "optimizer");
       break;
   }
   options.trace = trace_;
