@@ -147,12 +147,84 @@ class GatherCoordinatorTest : public ::testing::Test {
       envs.push_back(std::move(env));
     }
     std::vector<Status> results = RunOnRanks(world, [&](int r) { return body(*envs[r]); });
-    for (int r = 0; r < world; ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << ": "
-                                                                 << results[r].ToString();
+    for (int r = 0; r < world; ++r)
+      EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].ToString();
   }
 
   Backend* backend_ = nullptr;
 };
+
+// A ShardSource with room for `capacity` shards at once that copies the rank's shards in on
+// AcquireShard (as the NVMe store reads them) and checks every shard it lends is given back.
+class CountingShardSource final : public ShardSource {
+ public:
+  CountingShardSource(const RankEnv& env, int capacity) : env_(env), capacity_(capacity) {
+    held_.resize(env.shards.size());
+    copies_.resize(env.shards.size());
+  }
+  StatusOr<const void*> AcquireShard(int unit) override {
+    if (held_[size_t(unit)]) return InternalError(fmt::format("unit {} lent twice", unit));
+    if (held_count_ == capacity_) {
+      return FailedPreconditionError(fmt::format("no room for unit {}", unit));
+    }
+    held_[size_t(unit)] = true;
+    max_held_ = std::max(max_held_, ++held_count_);
+    ++acquires_;
+    copies_[size_t(unit)] = env_.shards[size_t(unit)];
+    return static_cast<const void*>(copies_[size_t(unit)].data());
+  }
+  Status ReleaseShard(int unit) override {
+    if (!held_[size_t(unit)]) return InternalError(fmt::format("unit {} not lent", unit));
+    held_[size_t(unit)] = false;
+    --held_count_;
+    copies_[size_t(unit)].assign(copies_[size_t(unit)].size(), -1.0f);  // reuse shows
+    return OkStatus();
+  }
+  bool CanAcquireShard(int unit) const override { return held_count_ < capacity_; }
+
+  int held() const { return held_count_; }
+  int max_held() const { return max_held_; }
+  int acquires() const { return acquires_; }
+
+ private:
+  const RankEnv& env_;
+  const int capacity_;
+  std::vector<bool> held_;
+  std::vector<std::vector<float>> copies_;
+  int held_count_ = 0, max_held_ = 0, acquires_ = 0;
+};
+
+// With a ShardSource the coordinator reads each shard from it just for its all-gather, gives it
+// back once the gather finished, gathers persistent units one at a time, and stops prefetching
+// where the source has no room, so a source with two slots serves any number of units.
+TEST_F(GatherCoordinatorTest, ShardSourceLendsEachShardForItsGatherOnly) {
+  const std::vector<int64_t> sizes = {5, 8, 17, 1, 9, 3};
+  for (int capacity : {2, 6}) {
+    SCOPED_TRACE(capacity);
+    RunRanks(2, sizes, [&](RankEnv& env) -> Status {
+      CountingShardSource source(env, capacity);
+      GatherOptions options;
+      options.prefetch_elements = 1'000'000;  // as far as the source allows
+      options.shard_source = &source;
+      std::vector<GatherUnitInfo> infos = env.Infos({1, 3, 5});
+      for (GatherUnitInfo& info : infos) info.shard = nullptr;  // only the source has them
+      ZS_ASSIGN_OR_RETURN(
+          auto gc, GatherCoordinator::Create(std::move(infos), options, *env.device, *env.comm));
+      if (source.held() != 0) return InternalError("persistent shards still lent after Create");
+      for (int step = 0; step < 3; ++step) {
+        env.FillShards(step);
+        ZS_RETURN_IF_ERROR(gc->RegatherPersistent());
+        ZS_RETURN_IF_ERROR(RunStep(*gc, env, Sequential({0, 1, 2, 3, 4, 5, 4, 2, 0}), step));
+        if (source.held() != 0) {
+          return InternalError(fmt::format("{} shards still lent after the step", source.held()));
+        }
+      }
+      if (source.max_held() > capacity) return InternalError("lent beyond the capacity");
+      if (source.acquires() == 0) return InternalError("the source was never asked");
+      return OkStatus();
+    });
+  }
+}
 
 TEST_F(GatherCoordinatorTest, ContentsAreTheConcatenationOfAllShards) {
   const std::vector<int64_t> sizes = {5, 0, 17, 1, 64, 3};
@@ -404,8 +476,8 @@ TEST_F(GatherCoordinatorTest, NestedAcquireCountsReferences) {
 // Forward 0..5 then the head (0); backward 5 with the head (0) nested inside, then 4..1, 0.
 TEST_F(GatherCoordinatorTest, GptPattern) {
   const std::vector<int64_t> sizes = {40, 12, 12, 12, 12, 2};
-  const std::string step_ops = Sequential({0, 1, 2, 3, 4, 5, 0}) + "+5 +0 -0 -5 " +
-                               Sequential({4, 3, 2, 1, 0});
+  const std::string step_ops =
+      Sequential({0, 1, 2, 3, 4, 5, 0}) + "+5 +0 -0 -5 " + Sequential({4, 3, 2, 1, 0});
   const int acquires = 14;
   for (int world : {2, 3}) {
     for (bool tight : {false, true}) {
