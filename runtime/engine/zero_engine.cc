@@ -481,6 +481,7 @@ StatusOr<StepResult> ZeroEngine::Impl::Step() {
   if (gatherer_ != nullptr) ZS_RETURN_IF_ERROR(gatherer_->RegatherPersistent());
   if (param_store_ != nullptr) param_store_->EndPass();  // a step is one pass over the shards
   result.times.collective_seconds += seconds(gather_start);
+  result.times.step_seconds = seconds(step_start);
   scaler_.Update(false);
   ++step_;
   result.step = step_;

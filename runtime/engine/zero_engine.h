@@ -58,6 +58,8 @@ namespace zs {
 // Where one Step's time went and what it moved (offload tuning: which tier limits the step).
 // Waits are host time blocked on that tier; optimizer_seconds is the step's own compute.
 struct StepTimes {
+  double step_seconds = 0.0;             // the whole Step() call (the rest of a training step
+                                         // is the model's forward and backward)
   double collective_seconds = 0.0;       // finishing reductions, the norm, the param all-gather
   double optimizer_seconds = 0.0;        // the optimizer kernels (waits excluded)
   double copy_wait_seconds = 0.0;        // device<->host copies (offload_optimizer)

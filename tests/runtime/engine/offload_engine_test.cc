@@ -243,6 +243,9 @@ TEST(OffloadEngine, StepReportsWhatMovedAndWhereTheTimeWent) {
     EXPECT_GT(s.times.nvme_read_bytes, 0);
     EXPECT_EQ(s.times.nvme_read_bytes, s.times.nvme_written_bytes);
     EXPECT_GE(s.times.optimizer_seconds, 0.0);
+    // The parts of the step are parts of it.
+    EXPECT_GE(s.times.step_seconds, s.times.collective_seconds + s.times.nvme_read_wait_seconds +
+                                        s.times.nvme_write_wait_seconds);
   }
   EXPECT_FALSE(fs::exists(files.back())) << "removed on clean shutdown";
 }
