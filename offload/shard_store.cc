@@ -98,12 +98,13 @@ StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(const ShardStoreOptions
   file_options.trace = options.trace;
   if (options.trace != nullptr) store->wait_track_ = options.trace->Track("offload wait");
   ZS_ASSIGN_OR_RETURN(store->file_, NvmeStore::Create(file_options, store->total_bytes_));
+  // Counted with the file, so that the destructor's Sub matches whatever fails after this.
+  device.tracker().Add(MemoryTier::kNvme, options.category, store->total_bytes_);
   ZS_ASSIGN_OR_RETURN(
       store->buffers_,
       PinnedBufferPool::Create(device, options.buffer_count, size_t(std::max<int64_t>(largest, 1)),
                                options.pin, options.category,
                                fmt::format("NVMe staging buffers of the {}", options.what)));
-  device.tracker().Add(MemoryTier::kNvme, options.category, store->total_bytes_);
   return store;
 }
 

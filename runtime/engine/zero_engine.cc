@@ -590,6 +590,7 @@ Status ZeroEngine::Impl::AllGatherUpdatedParams() {
 }
 
 StatusOr<std::vector<float>> ZeroEngine::Impl::GatherMasterUnit(int unit) {
+  ZS_RETURN_IF_ERROR(TilesUsable());
   UnitState& s = units_[unit];
   std::vector<float> full(size_t(s.layout.padded_size()), 0.0f);
   float* mine = full.data() + (stage() == 0 ? 0 : dp_.rank() * s.layout.shard_size());

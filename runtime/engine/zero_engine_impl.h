@@ -171,6 +171,7 @@ class ZeroEngine::Impl {
   Status InitOptimizerTiles(int unit, const std::vector<float>& master);
   // Steps every tile: acquire, step, release.
   Status StepTiles(const OptimizerHyper& hyper, float grad_scale);
+  Status StepTilesPass(const OptimizerHyper& hyper, float grad_scale);
   OffloadDevice optimizer_offload() const {
     return config_.zero_optimization.offload_optimizer.device;
   }
@@ -218,6 +219,10 @@ class ZeroEngine::Impl {
   std::unique_ptr<ShardStore> param_store_;    // offload_param nvme only
   std::unique_ptr<ShardSource> param_source_;  // param_store_ as the gatherer's shard source
   SlotView param_slot_;                        // StepTiles: the unit's shard being written
+  // The first error of a StepTiles pass: tiles, stores and copies may be left mid-pass, so
+  // Step and the master's readers return it (kAborted) from then on.
+  Status tiles_broken_;
+  Status TilesUsable() const;
   std::unique_ptr<GradientReducer> reducer_;
   std::unique_ptr<GatherCoordinator> gatherer_;  // stage 3 only
 

@@ -187,7 +187,20 @@ Status ZeroEngine::Impl::InitOptimizerTiles(int unit, const std::vector<float>& 
 
 // Acquire, step, release: the same loop whatever the tier the states live in (shard_store.h)
 // and wherever the gradients and parameters are (tile_copy_pipeline.h).
+Status ZeroEngine::Impl::TilesUsable() const {
+  if (tiles_broken_.ok()) return OkStatus();
+  return AbortedError(fmt::format("engine (rank {}): an earlier optimizer step failed: {}",
+                                  dp_.rank(), tiles_broken_.ToString()));
+}
+
 Status ZeroEngine::Impl::StepTiles(const OptimizerHyper& hyper, float grad_scale) {
+  ZS_RETURN_IF_ERROR(TilesUsable());
+  Status status = StepTilesPass(hyper, grad_scale);
+  if (!status.ok()) tiles_broken_ = status;
+  return status;
+}
+
+Status ZeroEngine::Impl::StepTilesPass(const OptimizerHyper& hyper, float grad_scale) {
   const std::vector<GroupHyper> groups = GroupHypers(hyper);
   const StepMemoryPlan plan = PlanStepMemory(hyper);
   const size_t elem = DTypeSize(dtype_);

@@ -249,12 +249,23 @@ class GatherCoordinator::Impl {
     ZS_CHECK(unit.elements > 0 && unit.state != UnitGatherState::kGathering,
              "StartGather({}) of a unit with {} elements in state {}", u, unit.elements,
              StateName(unit.state));
+    // The shard first: a source that fails leaves no gathered buffer behind.
+    const void* shard = unit.shard;
+    if (options_.shard_source != nullptr) {
+      StatusOr<const void*> held = options_.shard_source->AcquireShard(u);
+      if (!held.ok()) {
+        return held.status().WithContext(fmt::format("shard of unit {} ('{}')", u, unit.name));
+      }
+      shard = *held;
+      unit.shard_held = true;
+    }
     if (!unit.buffer) {
       const size_t bytes = size_t(unit.elements) * DTypeSize(options_.dtype);
       StatusOr<DeviceBuffer> buffer = device_.Allocate(
           bytes, options_.tier,
           unit.persistent ? MemoryCategory::kParameters : MemoryCategory::kGatheredParameters);
       if (!buffer.ok()) {
+        ReleaseShard(u).IgnoreError();  // the allocation's error is the one reported
         return buffer.status().WithContext(
             fmt::format("gathering unit {} ('{}', {} elements of {})", u, unit.name, unit.elements,
                         DTypeName(options_.dtype)));
@@ -264,15 +275,6 @@ class GatherCoordinator::Impl {
         live_ += unit.elements;
         stats_.peak_live_elements = std::max(stats_.peak_live_elements, live_);
       }
-    }
-    const void* shard = unit.shard;
-    if (options_.shard_source != nullptr) {
-      StatusOr<const void*> held = options_.shard_source->AcquireShard(u);
-      if (!held.ok()) {
-        return held.status().WithContext(fmt::format("shard of unit {} ('{}')", u, unit.name));
-      }
-      shard = *held;
-      unit.shard_held = true;
     }
     unit.handle = comm_.StartAllGather(shard, unit.buffer.data(), size_t(unit.shard_elements),
                                        options_.dtype);

@@ -184,6 +184,32 @@ TEST_F(ShardStoreTest, ACorruptedPageBreaksTheStoreNamingFileSlotAndOffset) {
   EXPECT_THAT(again.status().message(), HasSubstr("failed earlier"));
 }
 
+// The staging buffers fail after the swap file was made (pinned beyond the memlock limit): a
+// clear error, the file removed, the tracker back to zero.
+TEST_F(ShardStoreTest, StagingBuffersBeyondTheMemlockLimitFailCleanly) {
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_MEMLOCK, &saved), 0);
+  rlimit low = saved;
+  low.rlim_cur = 16 * 1024;
+  ASSERT_EQ(setrlimit(RLIMIT_MEMLOCK, &low), 0);
+  ShardStoreOptions o = Nvme(4, true);
+  o.pin = PinMode::kPinned;
+  auto store = ShardStore::Create(o, Shapes(3), device_);
+  ASSERT_EQ(setrlimit(RLIMIT_MEMLOCK, &saved), 0);
+  EXPECT_EQ(store.status().code(), StatusCode::kOutOfMemory) << store.status().ToString();
+  EXPECT_THAT(store.status().message(), HasSubstr("NVMe staging buffers"));
+  EXPECT_EQ(tracker_.Current(MemoryTier::kNvme, MemoryCategory::kOptimizerStates), 0);
+  EXPECT_TRUE(fs::is_empty(dir_));
+  // With the fallback the same store is made of pageable buffers.
+  ASSERT_EQ(setrlimit(RLIMIT_MEMLOCK, &low), 0);
+  o.pin = PinMode::kPinnedOrPageable;
+  auto fallback = ShardStore::Create(o, Shapes(3), device_);
+  ASSERT_EQ(setrlimit(RLIMIT_MEMLOCK, &saved), 0);
+  ASSERT_TRUE(fallback.ok()) << fallback.status().ToString();
+  Pass(**fallback, 0, true);
+  Pass(**fallback, 0, false);
+}
+
 TEST_F(ShardStoreTest, BufferCountBelowTwoIsRefused) {
   auto store = ShardStore::Create(Nvme(1, true), Shapes(2), device_);
   EXPECT_EQ(store.status().code(), StatusCode::kInvalidArgument);

@@ -16,7 +16,10 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "examples/custom_model/tanh_mlp.h"
 #include "offload/pinned_buffer_pool.h"
+#include "runtime/comm/local_ranks.h"
+#include "runtime/device/device_factory.h"
 #include "tests/runtime/engine/engine_test_support.h"
 
 namespace zs {
@@ -355,6 +358,43 @@ TEST(OffloadEngine, CorruptedSwapFileStopsTheRunNamingTheFile) {
   EXPECT_THAT(r.status().message(), HasSubstr(file));
   EXPECT_THAT(r.status().message(), HasSubstr("offset 0"));
   EXPECT_THAT(r.status().message(), HasSubstr("optimizer states"));
+}
+
+// After a failed optimizer pass the engine says so on every later call, instead of stepping on
+// from half-stepped tiles.
+TEST(OffloadEngine, AFailedStepBreaksTheEngineClearly) {
+  SwapDir dir;
+  CommOptions options;
+  Status status = RunLocalRanks(1, options, [&](int, Communicator& comm, MemoryTracker& tracker) {
+    examples::TanhMlp model(kWideWidths);
+    ZS_ASSIGN_OR_RETURN(auto device, CreateDevice("cpu", tracker));
+    EngineConfig config = WithOffload(
+        BaseConfig(2), {"nvme", OffloadDevice::kNvme, false, 2, false, 65536}, dir.str());
+    ZS_ASSIGN_OR_RETURN(auto engine,
+                        ZeroEngine::Create(config, model.Spec(), model.Init(7), *device, comm));
+    std::vector<float> x, y;
+    auto train_step = [&](int step) -> StatusOr<StepResult> {
+      testing_support::FillBatch(model, step, 0, 0, 1, 2, x, y);
+      ZS_ASSIGN_OR_RETURN(double loss, model.ForwardBackward(*engine, x, y, 2));
+      (void)loss;
+      return engine->Step();
+    };
+    ZS_ASSIGN_OR_RETURN(StepResult first, train_step(0));
+    (void)first;
+    FILE* f = std::fopen(engine->offload_report().nvme_file.c_str(), "r+b");
+    EXPECT_NE(f, nullptr);
+    std::fputs("scribbled", f);
+    std::fclose(f);
+    StatusOr<StepResult> failed = train_step(1);
+    EXPECT_EQ(failed.status().code(), StatusCode::kIoError) << failed.status().ToString();
+    StatusOr<StepResult> again = train_step(2);
+    EXPECT_EQ(again.status().code(), StatusCode::kAborted) << again.status().ToString();
+    EXPECT_THAT(again.status().message(), HasSubstr("an earlier optimizer step failed"));
+    StatusOr<uint64_t> digest = engine->MasterDigest();
+    EXPECT_EQ(digest.status().code(), StatusCode::kAborted) << digest.status().ToString();
+    return OkStatus();
+  });
+  EXPECT_TRUE(status.ok()) << status.ToString();
 }
 
 TEST(OffloadEngine, StaleSwapFileOfAKilledRunIsNamed) {

@@ -226,6 +226,30 @@ TEST_F(GatherCoordinatorTest, ShardSourceLendsEachShardForItsGatherOnly) {
   }
 }
 
+// A source that cannot lend a shard fails the gather that needed it, naming the unit, and
+// leaves no gathered buffer behind.
+TEST_F(GatherCoordinatorTest, ShardSourceFailureLeavesNothingGathered) {
+  RunRanks(1, {5, 8}, [&](RankEnv& env) -> Status {
+    CountingShardSource source(env, /*capacity=*/0);
+    GatherOptions options;
+    options.shard_source = &source;
+    std::vector<GatherUnitInfo> infos = env.Infos();
+    for (GatherUnitInfo& info : infos) info.shard = nullptr;
+    ZS_ASSIGN_OR_RETURN(
+        auto gc, GatherCoordinator::Create(std::move(infos), options, *env.device, *env.comm));
+    StatusOr<const void*> got = gc->Acquire(1);
+    if (got.ok() || got.status().message().find("unit 1") == std::string::npos) {
+      return InternalError(
+          fmt::format("expected a failure naming unit 1, got {}", got.status().ToString()));
+    }
+    if (gc->live_elements() != 0 || env.GatheredBytes() != 0) {
+      return InternalError(fmt::format("{} live elements, {} gathered bytes after the failure",
+                                       gc->live_elements(), env.GatheredBytes()));
+    }
+    return OkStatus();
+  });
+}
+
 TEST_F(GatherCoordinatorTest, ContentsAreTheConcatenationOfAllShards) {
   const std::vector<int64_t> sizes = {5, 0, 17, 1, 64, 3};
   for (int world = 1; world <= 4; ++world) {
