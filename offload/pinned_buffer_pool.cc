@@ -41,18 +41,21 @@ size_t PinnedBytesInProcess() {
   return g_pinned_bytes;
 }
 
+// The error for `bytes` more than RLIMIT_MEMLOCK allows; g_pin_mu held.
+Status MemlockLimitError(size_t bytes, const std::string& what, size_t limit) {
+  return OutOfMemoryError(fmt::format(
+      "pinning {} for {}: the memlock limit (RLIMIT_MEMLOCK, `ulimit -l`) is {} ({} bytes) and "
+      "this process already pins {}; raise `ulimit -l` (to at least {} KiB), set pin_memory: "
+      "false, or set zerostack.pin_memory_fallback: true",
+      Bytes(bytes), what, Bytes(limit), limit, Bytes(g_pinned_bytes),
+      (g_pinned_bytes + bytes + 1023) / 1024));
+}
+
 Status PinHostMemory(void* ptr, size_t bytes, const std::string& what) {
   if (bytes == 0) return OkStatus();
   std::lock_guard<std::mutex> lock(g_pin_mu);
   const std::optional<size_t> limit = MemlockLimitBytes();
-  if (limit && g_pinned_bytes + bytes > *limit) {
-    return OutOfMemoryError(fmt::format(
-        "pinning {} for {}: the memlock limit (RLIMIT_MEMLOCK, `ulimit -l`) is {} ({} bytes) and "
-        "this process already pins {}; raise `ulimit -l` (to at least {} KiB) or set pin_memory: "
-        "false",
-        Bytes(bytes), what, Bytes(*limit), *limit, Bytes(g_pinned_bytes),
-        (g_pinned_bytes + bytes + 1023) / 1024));
-  }
+  if (limit && g_pinned_bytes + bytes > *limit) return MemlockLimitError(bytes, what, *limit);
   if (mlock(ptr, bytes) != 0) {
     const int err = errno;
     return OutOfMemoryError(fmt::format("pinning {} for {}: mlock failed: {} (memlock limit {})",
@@ -80,9 +83,13 @@ StatusOr<MemoryTier> HostTierFor(Device& device, size_t bytes, PinMode mode,
                                  const std::string& what) {
   if (mode == PinMode::kPageable) return MemoryTier::kHost;
   if (device.kind() != DeviceKind::kCpu) return MemoryTier::kPinnedHost;
-  const std::optional<size_t> limit = MemlockLimitBytes();
-  if (!limit || PinnedBytesInProcess() + bytes <= *limit) return MemoryTier::kPinnedHost;
-  Status refused = PinHostMemory(nullptr, bytes, what);  // the limit error, nothing locked
+  Status refused;
+  {
+    std::lock_guard<std::mutex> lock(g_pin_mu);
+    const std::optional<size_t> limit = MemlockLimitBytes();
+    if (!limit || g_pinned_bytes + bytes <= *limit) return MemoryTier::kPinnedHost;
+    refused = MemlockLimitError(bytes, what, *limit);
+  }
   if (mode == PinMode::kPinned) return refused;
   static std::once_flag logged;
   std::call_once(logged, [&] {
