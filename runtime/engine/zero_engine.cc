@@ -442,6 +442,7 @@ StatusOr<StepResult> ZeroEngine::Impl::Step() {
   if (overflow) {
     scaler_.Update(true);
     for (UnitState& s : units_) s.reduced = 0;
+    if (param_store_ != nullptr) param_store_->EndPass();  // the gathers' pass ends here too
     result.skipped = true;
     result.step = step_;
     return result;
