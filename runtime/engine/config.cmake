@@ -1,5 +1,6 @@
 # The engine's JSON configuration (DeepSpeed-shaped). Included from runtime/engine/CMakeLists.txt.
 zs_add_library(zs_engine_config
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_config.cc ${CMAKE_CURRENT_LIST_DIR}/param_groups_json.cc
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_config.cc ${CMAKE_CURRENT_LIST_DIR}/engine_config_checks.cc
+          ${CMAKE_CURRENT_LIST_DIR}/param_groups_json.cc
   DEPS zs_base zs_lr_schedule
   PRIVATE_DEPS nlohmann_json::nlohmann_json fmt::fmt)

@@ -48,8 +48,8 @@ StatusOr<TieredBuffer> ZeroEngine::Impl::AllocArray(int64_t elements, MemoryTier
 
 StatusOr<DeviceBuffer> ZeroEngine::Impl::Alloc(int64_t elements, DType type,
                                                MemoryCategory category, const std::string& what,
-                                               int unit, MemoryTier tier) {
-  auto buffer = device_.Allocate(size_t(elements) * DTypeSize(type), tier, category);
+                                               int unit) {
+  auto buffer = device_.Allocate(size_t(elements) * DTypeSize(type), kTier, category);
   if (!buffer.ok()) {
     return Status(
         buffer.status().code(),
@@ -296,7 +296,7 @@ Status ZeroEngine::Impl::Begin(int unit, bool backward) {
   if (s.open++ > 0) return OkStatus();
   s.opened = TraceRecorder::Clock::now();
   if (gatherer_ != nullptr) {
-    TraceRecorder::Span span = TraceRecorder::Begin(trace_, track_gather_, "gather " + name);
+    TraceRecorder::Span span = Traced(track_gather_, "gather", name);
     auto full = gatherer_->Acquire(unit);
     if (!full.ok()) {
       return Status(full.status().code(),
@@ -327,7 +327,7 @@ Status ZeroEngine::Impl::End(int unit, bool backward) {
     if (++s.backward_done == s.forward_uses) {
       // The unit's gradient is complete: hand it to the reducer and free the staging.
       {
-        TraceRecorder::Span span = TraceRecorder::Begin(trace_, track_reduce_, "reduce " + name);
+        TraceRecorder::Span span = Traced(track_reduce_, "reduce", name);
         status = reducer_->ReduceUnit(unit, s.grad_staging.data_as<float>(), s.grads.data(),
                                       /*accumulate=*/s.reduced > 0);
       }
@@ -400,9 +400,9 @@ StatusOr<StepResult> ZeroEngine::Impl::Step() {
     return std::chrono::duration<double>(Clock::now() - t).count();
   };
   const Clock::time_point step_start = Clock::now();
-  TraceRecorder::Span step_span = TraceRecorder::Begin(trace_, track_step_, "step");
+  TraceRecorder::Span step_span = Traced(track_step_, "step");
   {
-    TraceRecorder::Span span = TraceRecorder::Begin(trace_, track_reduce_, "finish reductions");
+    TraceRecorder::Span span = Traced(track_reduce_, "finish reductions");
     ZS_RETURN_IF_ERROR(reducer_->Finish());
   }
   const int64_t ga = config_.gradient_accumulation_steps;
@@ -473,8 +473,7 @@ StatusOr<StepResult> ZeroEngine::Impl::Step() {
     t.nvme_written_bytes = st.bytes_written - store_before.bytes_written;
   }
   const Clock::time_point gather_start = Clock::now();
-  TraceRecorder::Span gather_span =
-      TraceRecorder::Begin(trace_, track_gather_, "all-gather updated parameters");
+  TraceRecorder::Span gather_span = Traced(track_gather_, "all-gather updated parameters");
   // Stages 1 and 2: every rank updated its shard of the resident parameters; gather the rest,
   // in place, unit by unit, with at most allgather_bucket_size elements in flight (at least one
   // unit) so a transport's staging stays bounded.

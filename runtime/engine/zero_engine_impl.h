@@ -4,6 +4,8 @@
 // for use; see zero_engine.h for the contract.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -229,7 +231,13 @@ class ZeroEngine::Impl {
  private:
   int stage() const { return config_.zero_optimization.stage; }
   StatusOr<DeviceBuffer> Alloc(int64_t elements, DType type, MemoryCategory category,
-                               const std::string& what, int unit, MemoryTier tier = kTier);
+                               const std::string& what, int unit);
+  // A span "<what> <name>" on `track`, or nothing (and no string built) when not tracing.
+  TraceRecorder::Span Traced(int track, std::string_view what, std::string_view name = {}) const {
+    if (trace_ == nullptr) return {};
+    return trace_->Begin(track,
+                         name.empty() ? std::string(what) : fmt::format("{} {}", what, name));
+  }
   Status CheckUnit(int unit) const;
 };
 

@@ -106,7 +106,6 @@ Status ZeroEngine::Impl::CreateOptimizerStore() {
   const int num_states = NumStates(hyper.kind, hyper.beta1);
   const size_t elem = DTypeSize(dtype_);
   std::vector<SlotShape> shapes;
-  std::vector<TileCopy> copies;
   int64_t largest_copy = 0;
   for (size_t u = 0; u < units_.size(); ++u) {
     UnitState& s = units_[u];
@@ -122,7 +121,7 @@ Status ZeroEngine::Impl::CreateOptimizerStore() {
       shape.array_bytes.assign(kNumTileArrays, 0);
       shape.array_bytes[kMaster] = n * int64_t(sizeof(float));
       for (int i = 0; i < num_states; ++i) {
-        shape.array_bytes[kState0 + i] = type == StateDType::kInt8 ? n : StateBytes(type, n);
+        shape.array_bytes[kState0 + i] = n * int64_t(StateCodeBytes(type));  // scales apart
         if (type == StateDType::kInt8) {
           shape.array_bytes[kScale0 + i] =
               (n + kQuantBlock - 1) / kQuantBlock * int64_t(sizeof(float));
@@ -185,8 +184,6 @@ Status ZeroEngine::Impl::InitOptimizerTiles(int unit, const std::vector<float>& 
   return OkStatus();
 }
 
-// Acquire, step, release: the same loop whatever the tier the states live in (shard_store.h)
-// and wherever the gradients and parameters are (tile_copy_pipeline.h).
 Status ZeroEngine::Impl::TilesUsable() const {
   if (tiles_broken_.ok()) return OkStatus();
   return AbortedError(fmt::format("engine (rank {}): an earlier optimizer step failed: {}",
@@ -200,6 +197,8 @@ Status ZeroEngine::Impl::StepTiles(const OptimizerHyper& hyper, float grad_scale
   return status;
 }
 
+// Acquire, step, release: the same loop whatever the tier the states live in (shard_store.h)
+// and wherever the gradients and parameters are (tile_copy_pipeline.h).
 Status ZeroEngine::Impl::StepTilesPass(const OptimizerHyper& hyper, float grad_scale) {
   const std::vector<GroupHyper> groups = GroupHypers(hyper);
   const StepMemoryPlan plan = PlanStepMemory(hyper);
@@ -256,9 +255,11 @@ Status ZeroEngine::Impl::StepTilesPass(const OptimizerHyper& hyper, float grad_s
     shard.seed = (uint64_t(tile.unit) << 40) ^ uint64_t(s.opt_begin);
     shard.index_base = tile.begin;
     {
-      TraceRecorder::Span span =
-          TraceRecorder::Begin(trace_, track_optimizer_, "step " + states_->shape(int(t)).name,
-                               fmt::format(R"({{"elements":{}}})", tile.size()));
+      TraceRecorder::Span span;
+      if (trace_ != nullptr) {
+        span = trace_->Begin(track_optimizer_, "step " + states_->shape(int(t)).name,
+                             fmt::format(R"({{"elements":{}}})", tile.size()));
+      }
       optimizer_.Step(hyper, shard);
     }
     ZS_RETURN_IF_ERROR(copies_->Release(int(t)));

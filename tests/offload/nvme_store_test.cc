@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
@@ -22,6 +21,7 @@
 
 #include "offload/block_checksum.h"
 #include "runtime/base/splitmix64.h"
+#include "tests/offload/scoped_limits.h"
 
 namespace zs {
 namespace {
@@ -411,25 +411,7 @@ TEST(NvmeStoreTest, CapacityBeyondTheFilesystemFailsNamingPathAndBytes) {
   }
 }
 
-// Lowers RLIMIT_FSIZE with SIGXFSZ ignored (so exceeding it is EFBIG, not a kill); restores both.
-class FileSizeLimit {
- public:
-  explicit FileSizeLimit(int64_t bytes) {
-    ZS_CHECK(getrlimit(RLIMIT_FSIZE, &saved_) == 0);
-    saved_handler_ = signal(SIGXFSZ, SIG_IGN);
-    rlimit lowered = saved_;
-    lowered.rlim_cur = static_cast<rlim_t>(bytes);
-    ZS_CHECK(setrlimit(RLIMIT_FSIZE, &lowered) == 0);
-  }
-  ~FileSizeLimit() {
-    ZS_CHECK(setrlimit(RLIMIT_FSIZE, &saved_) == 0);
-    signal(SIGXFSZ, saved_handler_);
-  }
-
- private:
-  rlimit saved_{};
-  sighandler_t saved_handler_{};
-};
+using testing_support::FileSizeLimit;
 
 TEST_P(NvmeStoreBackendTest, FileSizeLimitIsNoSpaceOnCreateAndOnWrite) {
   TempDir dir;

@@ -4,22 +4,24 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <numeric>
+#include <optional>
 
 #include "offload/pinned_buffer_pool.h"
 #include "offload/tile_copy_pipeline.h"
 #include "runtime/device/cpu_device.h"
+#include "tests/offload/scoped_limits.h"
 
 namespace zs {
 namespace {
 
 using testing::HasSubstr;
+using testing_support::MemlockLimit;
 namespace fs = std::filesystem;
 
 class ShardStoreTest : public ::testing::Test {
@@ -187,24 +189,22 @@ TEST_F(ShardStoreTest, ACorruptedPageBreaksTheStoreNamingFileSlotAndOffset) {
 // The staging buffers fail after the swap file was made (pinned beyond the memlock limit): a
 // clear error, the file removed, the tracker back to zero.
 TEST_F(ShardStoreTest, StagingBuffersBeyondTheMemlockLimitFailCleanly) {
-  rlimit saved{};
-  ASSERT_EQ(getrlimit(RLIMIT_MEMLOCK, &saved), 0);
-  rlimit low = saved;
-  low.rlim_cur = 16 * 1024;
-  ASSERT_EQ(setrlimit(RLIMIT_MEMLOCK, &low), 0);
   ShardStoreOptions o = Nvme(4, true);
   o.pin = PinMode::kPinned;
-  auto store = ShardStore::Create(o, Shapes(3), device_);
-  ASSERT_EQ(setrlimit(RLIMIT_MEMLOCK, &saved), 0);
+  auto store = [&] {
+    MemlockLimit limit(16 * 1024);
+    return ShardStore::Create(o, Shapes(3), device_);
+  }();
   EXPECT_EQ(store.status().code(), StatusCode::kOutOfMemory) << store.status().ToString();
   EXPECT_THAT(store.status().message(), HasSubstr("NVMe staging buffers"));
   EXPECT_EQ(tracker_.Current(MemoryTier::kNvme, MemoryCategory::kOptimizerStates), 0);
   EXPECT_TRUE(fs::is_empty(dir_));
   // With the fallback the same store is made of pageable buffers.
-  ASSERT_EQ(setrlimit(RLIMIT_MEMLOCK, &low), 0);
   o.pin = PinMode::kPinnedOrPageable;
-  auto fallback = ShardStore::Create(o, Shapes(3), device_);
-  ASSERT_EQ(setrlimit(RLIMIT_MEMLOCK, &saved), 0);
+  auto fallback = [&] {
+    MemlockLimit limit(16 * 1024);
+    return ShardStore::Create(o, Shapes(3), device_);
+  }();
   ASSERT_TRUE(fallback.ok()) << fallback.status().ToString();
   Pass(**fallback, 0, true);
   Pass(**fallback, 0, false);
@@ -217,11 +217,7 @@ TEST_F(ShardStoreTest, BufferCountBelowTwoIsRefused) {
 }
 
 TEST_F(ShardStoreTest, PinnedPoolChecksTheMemlockLimit) {
-  rlimit saved{};
-  ASSERT_EQ(getrlimit(RLIMIT_MEMLOCK, &saved), 0);
-  rlimit low = saved;
-  low.rlim_cur = 256 * 1024;
-  ASSERT_EQ(setrlimit(RLIMIT_MEMLOCK, &low), 0);
+  std::optional<MemlockLimit> limit(std::in_place, 256 * 1024);
   auto small = PinnedBufferPool::Create(device_, 4, 16 * 1024, PinMode::kPinned,
                                         MemoryCategory::kCommBuffers, "small buffers");
   ASSERT_TRUE(small.ok()) << small.status().ToString();
@@ -230,7 +226,7 @@ TEST_F(ShardStoreTest, PinnedPoolChecksTheMemlockLimit) {
   // The limit counts what the process already pins.
   auto big = PinnedBufferPool::Create(device_, 4, 64 * 1024, PinMode::kPinned,
                                       MemoryCategory::kCommBuffers, "big buffers");
-  ASSERT_EQ(setrlimit(RLIMIT_MEMLOCK, &saved), 0);
+  limit.reset();
   ASSERT_FALSE(big.ok());
   EXPECT_EQ(big.status().code(), StatusCode::kOutOfMemory);
   EXPECT_THAT(big.status().message(), HasSubstr("big buffers"));

@@ -4,11 +4,9 @@
 // errors naming the file or limit. Ranks as threads.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +18,7 @@
 #include "offload/pinned_buffer_pool.h"
 #include "runtime/comm/local_ranks.h"
 #include "runtime/device/device_factory.h"
+#include "tests/offload/scoped_limits.h"
 #include "tests/runtime/engine/engine_test_support.h"
 
 namespace zs {
@@ -420,17 +419,12 @@ TEST(OffloadEngine, StaleSwapFileOfAKilledRunIsNamed) {
 // Create, naming the file and the bytes, before anything trains.
 TEST(OffloadEngine, FullDiskIsAnErrorAtStartNamingTheFile) {
   SwapDir dir;
-  rlimit saved{};
-  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &saved), 0);
-  rlimit low = saved;
-  low.rlim_cur = 256 * 1024;  // the wide model's states need several MiB
-  sighandler_t old_handler = std::signal(SIGXFSZ, SIG_IGN);
-  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &low), 0);
   RunSpec spec = OneRankOnNvme(2, 2, /*pipeline=*/true, dir);
   spec.steps = 1;
-  auto r = Train(spec);
-  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &saved), 0);
-  std::signal(SIGXFSZ, old_handler);
+  auto r = [&] {
+    testing_support::FileSizeLimit limit(256 * 1024);  // the wide model's states need MiBs
+    return Train(spec);
+  }();
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kIoError) << r.status().ToString();
   EXPECT_THAT(r.status().message(), HasSubstr(dir.str()));
@@ -439,19 +433,17 @@ TEST(OffloadEngine, FullDiskIsAnErrorAtStartNamingTheFile) {
 }
 
 TEST(OffloadEngine, PinnedStatesBeyondTheMemlockLimitAreAClearError) {
-  rlimit saved{};
-  ASSERT_EQ(getrlimit(RLIMIT_MEMLOCK, &saved), 0);
-  rlimit low = saved;
-  low.rlim_cur = 64 * 1024;  // far below this model's pinned states
-  ASSERT_EQ(setrlimit(RLIMIT_MEMLOCK, &low), 0);
+  constexpr int64_t kLimit = 64 * 1024;  // far below this model's pinned states
   RunSpec spec;
   spec.widths = kWideWidths;
   spec.world = 1;
   spec.steps = 1;
   spec.config = WithOffload(BaseConfig(2), {"cpu pinned", OffloadDevice::kCpu, true}, "");
   spec.config.zerostack.pin_memory_fallback = false;  // the default: strict
-  auto r = Train(spec);
-  ASSERT_EQ(setrlimit(RLIMIT_MEMLOCK, &saved), 0);
+  auto r = [&] {
+    testing_support::MemlockLimit limit(kLimit);
+    return Train(spec);
+  }();
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kOutOfMemory) << r.status().ToString();
   EXPECT_THAT(r.status().message(), HasSubstr("memlock limit"));
@@ -460,14 +452,15 @@ TEST(OffloadEngine, PinnedStatesBeyondTheMemlockLimitAreAClearError) {
   EXPECT_EQ(PinnedBytesInProcess(), 0u) << "nothing stays pinned after the failed start";
 
   // With the fallback the same run trains, in pageable memory, counted as host memory.
-  ASSERT_EQ(setrlimit(RLIMIT_MEMLOCK, &low), 0);
   spec.config.zerostack.pin_memory_fallback = true;
-  auto fallback = Train(spec);
-  ASSERT_EQ(setrlimit(RLIMIT_MEMLOCK, &saved), 0);
+  auto fallback = [&] {
+    testing_support::MemlockLimit limit(kLimit);
+    return Train(spec);
+  }();
   ASSERT_TRUE(fallback.ok()) << fallback.status().ToString();
   const MemorySnapshot& m = fallback->memory[0];
   EXPECT_GT(m.Peak(MemoryTier::kHost, MemoryCategory::kOptimizerStates), 0);
-  EXPECT_LE(m.TierPeak(MemoryTier::kPinnedHost), 64 * 1024) << "pinned only what the limit allows";
+  EXPECT_LE(m.TierPeak(MemoryTier::kPinnedHost), kLimit) << "pinned only what the limit allows";
   EXPECT_EQ(PinnedBytesInProcess(), 0u);
 }
 
