@@ -6,8 +6,9 @@
 //   embeddings). Units and parameters are named by their index in these lists; the names are
 //   for errors, logs and reports.
 // - A parameter's spec carries its metadata: its shape (row-major; numel is the product, a
-//   scalar has shape {}), whether weight decay applies to it and the parameter group it steps
-//   with (STYLE rule 11: never inferred from its position or name).
+//   scalar has shape {}), whether weight decay applies to it, the parameter group it steps
+//   with and whether it is split over the tensor-parallel group (STYLE rule 11: never inferred
+//   from its position or name).
 // - ParamInit fills one parameter's full fp32 values. It must depend only on (unit, param) and
 //   the model's own seed, never on the rank or the world size: every rank calls it and keeps
 //   the part it owns, so sharded and unsharded runs start from the same bits.
@@ -31,6 +32,12 @@ struct ParamSpec {
   // The parameter group whose hyper-parameters it steps with (the config's
   // zerostack.param_groups, runtime/engine/param_group_config.h); "" = the default group.
   std::string group;
+  // Tensor parallelism (runtime/parallel/tensor): true when each rank of the tp group holds a
+  // different part of this parameter (a column- or row-parallel weight, a vocabulary shard), so
+  // its squares are summed over the tp group in the global gradient norm; false when every tp
+  // rank holds the same full value (LayerNorm gains, a row-parallel bias), so the norm counts it
+  // once. Meaningless without tensor parallelism (tp size 1).
+  bool tensor_parallel = false;
   int64_t numel() const;
 };
 
