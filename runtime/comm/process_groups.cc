@@ -31,6 +31,23 @@ StatusOr<ProcessGroups> ProcessGroups::Create(Communicator& world, const RankGri
     }
     groups.groups_[int(axis)] = std::move(comm);
   }
+  const int mp_index = grid.ModelParallelIndex(rank);
+  const int mp_size = grid.tp_size() * grid.pp_size();
+  auto split = world.Split(groups.coord_.dp, mp_index, "mp");
+  if (!split.ok()) {
+    return split.status().WithContext(fmt::format(
+        "splitting '{}' into the model-parallel groups of {}", world.group_name(), grid.ToString()));
+  }
+  groups.model_parallel_ = std::move(split).value();
+  const Communicator* mp = groups.model_parallel_.get();
+  if (mp == nullptr || mp->size() != mp_size || mp->rank() != mp_index) {
+    return InternalError(fmt::format(
+        "splitting '{}' into model-parallel groups: rank {} expected rank {} of {}, the backend "
+        "gave {}",
+        world.group_name(), rank, mp_index, mp_size,
+        mp == nullptr ? std::string("no communicator")
+                      : fmt::format("rank {} of {}", mp->rank(), mp->size())));
+  }
   return groups;
 }
 

@@ -288,7 +288,7 @@ Status ZeroEngine::Impl::Begin(int unit, bool backward) {
     }
     ++s.open_backward;
   } else {
-    ZS_CHECK(s.phase != UnitPhase::kBackward,
+    ZS_CHECK(s.phase != UnitPhase::kBackward || parallel_.reduce_per_step,
              "BeginForward(unit '{}') while its backward is under way", name);
     if (s.phase == UnitPhase::kIdle) MoveUnit(unit, UnitPhase::kForward);
     ++s.forward_uses;
@@ -324,7 +324,7 @@ Status ZeroEngine::Impl::End(int unit, bool backward) {
   if (backward) {
     ZS_CHECK(s.open_backward > 0, "EndBackward(unit '{}') without BeginBackward", name);
     --s.open_backward;
-    if (++s.backward_done == s.forward_uses) {
+    if (++s.backward_done == s.forward_uses && !parallel_.reduce_per_step) {
       // The unit's gradient is complete: hand it to the reducer and free the staging.
       {
         TraceRecorder::Span span = Traced(track_reduce_, "reduce", name);
@@ -386,12 +386,79 @@ int64_t ZeroEngine::Impl::MicroBatchesPending() const {
   return units_.empty() ? 0 : n;
 }
 
-StatusOr<std::vector<double>> ZeroEngine::Impl::AllGatherDouble(double local) {
+StatusOr<std::vector<double>> ZeroEngine::Impl::AllGatherDouble(Communicator& comm,
+                                                                double local) {
   // The Communicator moves f32 elements; a double is two of them, copied bit for bit.
-  std::vector<double> all(size_t(dp_.size()), 0.0);
-  all[size_t(dp_.rank())] = local;
-  ZS_RETURN_IF_ERROR(dp_.AllGather(&all[size_t(dp_.rank())], all.data(), 2, DType::kF32));
+  std::vector<double> all(size_t(comm.size()), 0.0);
+  all[size_t(comm.rank())] = local;
+  ZS_RETURN_IF_ERROR(comm.AllGather(&all[size_t(comm.rank())], all.data(), 2, DType::kF32));
   return all;
+}
+
+double ZeroEngine::Impl::ShardSumSquares(double inv_scale) const {
+  const int rank = dp_.rank();
+  const size_t elem = DTypeSize(dtype_);
+  // Off tp rank 0, the parameters every tp rank holds whole are skipped: tp rank 0 counts them.
+  const bool skip_replicated = parallel_.model_parallel != nullptr && parallel_.tp_rank != 0;
+  double sum_squares = 0.0;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const UnitState& s = units_[u];
+    const int64_t shard_begin = s.layout.ShardRangeInUnit(rank).begin.value();
+    const int64_t shard_end = shard_begin + s.layout.shard_size();
+    const char* g = s.grads.data_as<const char>() + (shard_begin - s.grad_base) * elem;
+    // The shard's elements in ascending order, minus the skipped parameters' ranges (those are
+    // ascending too), so that with nothing skipped the sum runs exactly as a plain loop.
+    int64_t next = shard_begin;
+    auto add_until = [&](int64_t end) {
+      for (int64_t i = next; i < end; ++i) {
+        const double x = double(LoadAsFloat(g, dtype_, size_t(i - shard_begin))) * inv_scale;
+        sum_squares += x * x;
+      }
+    };
+    if (skip_replicated) {
+      for (int p = 0; p < s.layout.num_params(); ++p) {
+        if (model_.units[u].params[size_t(p)].tensor_parallel) continue;
+        const UnitRange r = s.layout.ParamRangeInUnit(p);
+        const int64_t b = std::clamp(r.begin.value(), shard_begin, shard_end);
+        const int64_t e = std::clamp(r.begin.value() + r.size(), shard_begin, shard_end);
+        if (b >= e) continue;
+        add_until(b);
+        next = e;
+      }
+    }
+    add_until(shard_end);
+  }
+  return sum_squares;
+}
+
+Status ZeroEngine::Impl::ReduceAccumulatedGradients() {
+  // Reverse unit order, as backward would have handed them over.
+  for (int u = int(units_.size()) - 1; u >= 0; --u) {
+    UnitState& s = units_[size_t(u)];
+    const std::string& name = model_.units[size_t(u)].name;
+    if (s.phase != UnitPhase::kBackward || s.open > 0 || s.backward_done != s.forward_uses) {
+      return FailedPreconditionError(fmt::format(
+          "Step(): unit '{}' has forward uses {}, backward brackets done {} and open {} this "
+          "step; every forward needs its backward before Step() (reduce_per_step)",
+          name, s.forward_uses, s.backward_done, s.open));
+    }
+    Status status;
+    {
+      TraceRecorder::Span span = Traced(track_reduce_, "reduce", name);
+      status = reducer_->ReduceUnit(u, s.grad_staging.data_as<float>(), s.grads.data(),
+                                    /*accumulate=*/false);
+    }
+    s.grad_staging.Reset();
+    s.reduced = config_.gradient_accumulation_steps;
+    s.forward_uses = 0;
+    s.backward_done = 0;
+    MoveUnit(u, UnitPhase::kIdle);
+    if (!status.ok()) {
+      return Status(status.code(), fmt::format("reducing the gradient of unit '{}': {}", name,
+                                               status.message()));
+    }
+  }
+  return OkStatus();
 }
 
 StatusOr<StepResult> ZeroEngine::Impl::Step() {
@@ -401,6 +468,7 @@ StatusOr<StepResult> ZeroEngine::Impl::Step() {
   };
   const Clock::time_point step_start = Clock::now();
   TraceRecorder::Span step_span = Traced(track_step_, "step");
+  if (parallel_.reduce_per_step) ZS_RETURN_IF_ERROR(ReduceAccumulatedGradients());
   {
     TraceRecorder::Span span = Traced(track_reduce_, "finish reductions");
     ZS_RETURN_IF_ERROR(reducer_->Finish());
@@ -415,26 +483,21 @@ StatusOr<StepResult> ZeroEngine::Impl::Step() {
           model_.units[u].name, s.reduced, s.open, s.forward_uses, ga));
     }
   }
-  const int rank = dp_.rank();
-  const size_t elem = DTypeSize(dtype_);
   StepResult result;
   result.loss_scale = scaler_.scale();
   const double inv_scale = 1.0 / double(scaler_.scale());
 
-  // Overflow (fp16): every rank looks at its shard; all agree through a max-reduction.
+  // Overflow (fp16): a non-finite square anywhere makes the total non-finite on every rank.
   bool overflow = false;
-  double sum_squares = 0.0;
-  for (const UnitState& s : units_) {
-    const int64_t shard_begin = s.layout.ShardRangeInUnit(rank).begin.value();
-    const char* g = s.grads.data_as<const char>() + (shard_begin - s.grad_base) * elem;
-    for (int64_t i = 0; i < s.layout.shard_size(); ++i) {
-      const double x = double(LoadAsFloat(g, dtype_, size_t(i))) * inv_scale;
-      sum_squares += x * x;
-    }
-  }
-  ZS_ASSIGN_OR_RETURN(std::vector<double> partials, AllGatherDouble(sum_squares));
+  ZS_ASSIGN_OR_RETURN(std::vector<double> partials, AllGatherDouble(ShardSumSquares(inv_scale)));
   double total = 0.0;
   for (double p : partials) total += p;  // rank order, the same on every rank and stage
+  if (parallel_.model_parallel != nullptr && parallel_.model_parallel->size() > 1) {
+    ZS_ASSIGN_OR_RETURN(std::vector<double> replica,
+                        AllGatherDouble(*parallel_.model_parallel, total));
+    total = 0.0;
+    for (double p : replica) total += p;  // model-parallel rank order
+  }
   result.grad_norm = std::sqrt(total);
   if (config_.fp16.enabled) overflow = !std::isfinite(total);
 
@@ -613,7 +676,8 @@ StatusOr<std::vector<float>> ZeroEngine::Impl::GatherMasterUnit(int unit) {
 StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(const EngineConfig& config,
                                                          ModelSpec model, const ParamInit& init,
                                                          Device& device, Communicator& dp,
-                                                         TraceRecorder* trace) {
+                                                         TraceRecorder* trace,
+                                                         const EngineParallelism& parallel) {
   ZS_RETURN_IF_ERROR(model.Validate());
   ZS_RETURN_IF_ERROR(config.Validate());
   ZS_RETURN_IF_ERROR(config.ValidateForWorld(dp.size()));
@@ -630,7 +694,13 @@ StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(const EngineConfig& con
         "their gradients; set it to true",
         zero.stage));
   }
-  auto impl = std::make_unique<Impl>(config, std::move(model), device, dp, trace);
+  if (parallel.model_parallel != nullptr && (parallel.tp_rank < 0 ||
+                                              parallel.tp_rank >= parallel.model_parallel->size())) {
+    return InvalidArgumentError(fmt::format(
+        "EngineParallelism: tp_rank {} is outside the model-parallel group '{}' of {} ranks",
+        parallel.tp_rank, parallel.model_parallel->group_name(), parallel.model_parallel->size()));
+  }
+  auto impl = std::make_unique<Impl>(config, std::move(model), device, dp, trace, parallel);
   ZS_RETURN_IF_ERROR(impl->Init(init));
   return std::unique_ptr<ZeroEngine>(new ZeroEngine(std::move(impl)));
 }

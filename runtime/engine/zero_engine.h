@@ -29,7 +29,8 @@
 // - Step() finishes the reductions, unscales (fp16), checks overflow (fp16: all ranks agree and
 //   skip together), computes the global gradient norm over all shards ([Note: one norm] each rank
 //   sums squares over its shard in double whatever the stage; the partial sums are all-gathered
-//   and added in rank order, so every stage and rank gets the same bits), clips to
+//   and added in rank order, so every stage and rank gets the same bits; in a model-parallel
+//   job the dp totals are then added over the replica, [Note: one norm over the grid]), clips to
 //   gradient_clipping, steps AdamW on the rank's optimizer range, and (stages 1/2) all-gathers
 //   the updated parameters. With fp32 compute, stages 0-3 are bit-identical.
 // - Errors: collectives and allocations return Status naming the unit and the operation; a
@@ -114,6 +115,28 @@ struct GatherReport {  // stage 3 counters (zero for other stages)
   int64_t peak_live_elements = 0;
 };
 
+// What an engine needs to know when it holds one part of a model-parallel job (runtime/parallel:
+// tensor-parallel layers, one engine per pipeline stage). The default is a data-parallel job.
+struct EngineParallelism {
+  // The ranks holding the other parts of this model replica: every tp x pp position with this
+  // rank's dp index, as ProcessGroups::model_parallel() gives them. Not owned; must outlive the
+  // engine. Null (or a group of 1) = none. [Note: one norm over the grid] The global gradient
+  // norm, and with it clipping and the fp16 overflow decision, covers the whole replica: each
+  // engine sums its dp group as before, then the dp totals of the model-parallel group are
+  // all-gathered and added in its rank order, so every rank of the job gets the same bits.
+  Communicator* model_parallel = nullptr;
+  // This rank's index in its tp group. Parameters whose ParamSpec::tensor_parallel is false are
+  // the same on every tp rank: they count in the norm on tp rank 0 only.
+  int tp_rank = 0;
+  // [Note: per-step reduction] Pipeline stages run the forwards of later micro-batches before
+  // the backwards of earlier ones (1F1B), so a unit has no "last EndBackward of a micro-batch".
+  // With true, forward brackets may open while a unit's backward is under way, each unit's
+  // fp32 gradient staging accumulates every micro-batch of the step, and Step() reduces it once
+  // (the reduction then does not overlap backward). Step() does not count micro-batches in this
+  // mode: the pipeline schedule runs gradient_accumulation_steps of them.
+  bool reduce_per_step = false;
+};
+
 class ZeroEngine final : public UnitAccess {
  public:
   // `trace` (not owned, may be null; must outlive the engine): the engine records its work as
@@ -121,10 +144,12 @@ class ZeroEngine final : public UnitAccess {
   // (stage 3 all-gathers the host waited for, and the stage 1/2 parameter all-gather), "reduce"
   // (gradient hand-offs and the step's finish), "optimizer" (each tile's step), "engine step",
   // and with offload "copy d2h", "copy h2d", "nvme read", "nvme write" and "offload wait".
+  // `parallel`: see EngineParallelism (a data-parallel job needs none).
   static StatusOr<std::unique_ptr<ZeroEngine>> Create(const EngineConfig& config, ModelSpec model,
                                                       const ParamInit& init, Device& device,
                                                       Communicator& dp,
-                                                      TraceRecorder* trace = nullptr);
+                                                      TraceRecorder* trace = nullptr,
+                                                      const EngineParallelism& parallel = {});
   ~ZeroEngine() override;
 
   // UnitAccess.

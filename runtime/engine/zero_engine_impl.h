@@ -132,8 +132,9 @@ using namespace engine_internal;  // NOLINT(google-build-using-namespace)
 class ZeroEngine::Impl {
  public:
   Impl(const EngineConfig& config, ModelSpec model, Device& device, Communicator& dp,
-       TraceRecorder* trace)
+       TraceRecorder* trace, const EngineParallelism& parallel)
       : trace_(trace),
+        parallel_(parallel),
         config_(config),
         model_(std::move(model)),
         device_(device),
@@ -163,7 +164,14 @@ class ZeroEngine::Impl {
   }
 
   StatusOr<StepResult> Step();
-  StatusOr<std::vector<double>> AllGatherDouble(double local);
+  // One double from every rank of `comm` (default: the dp group), in its rank order.
+  StatusOr<std::vector<double>> AllGatherDouble(double local) { return AllGatherDouble(dp_, local); }
+  static StatusOr<std::vector<double>> AllGatherDouble(Communicator& comm, double local);
+  // This rank's sum of squares of its gradient shards (unscaled by inv_scale), over what counts
+  // in the global norm ([Note: one norm over the grid]).
+  double ShardSumSquares(double inv_scale) const;
+  // reduce_per_step: hands every unit's accumulated gradient to the reducer.
+  Status ReduceAccumulatedGradients();
   StatusOr<std::vector<float>> GatherMasterUnit(int unit);
   Status AllGatherUpdatedParams();
   void MoveUnit(int unit, UnitPhase to);
@@ -201,6 +209,7 @@ class ZeroEngine::Impl {
 
   // Not owned (Create's `trace`), may be null; the engine's tracks in it.
   TraceRecorder* trace_ = nullptr;
+  const EngineParallelism parallel_;
   int track_compute_ = -1, track_gather_ = -1, track_reduce_ = -1, track_step_ = -1,
       track_optimizer_ = -1;
   const EngineConfig config_;

@@ -110,6 +110,21 @@ std::vector<int> RankGrid::GroupRanks(GridAxis axis, int rank) const {
   return ranks;
 }
 
+std::vector<int> RankGrid::ModelParallelRanks(int rank) const {
+  const GridCoord c = Coord(rank);
+  std::vector<int> ranks;
+  ranks.reserve(size_t(tp_ * pp_));
+  for (int pp = 0; pp < pp_; ++pp) {
+    for (int tp = 0; tp < tp_; ++tp) ranks.push_back(RankOf(GridCoord{tp, pp, c.dp}));
+  }
+  return ranks;
+}
+
+int RankGrid::ModelParallelIndex(int rank) const {
+  const GridCoord c = Coord(rank);
+  return c.tp + tp_ * c.pp;
+}
+
 int RankGrid::GroupIndex(GridAxis axis, int rank) const {
   // Number the groups by the remaining two coordinates, slower axis first, in layout order.
   const GridCoord c = Coord(rank);

@@ -61,6 +61,14 @@ class RankGrid {
   // Which group along `axis` holds `rank`: 0 .. world_size()/size(axis) - 1.
   int GroupIndex(GridAxis axis, int rank) const;
 
+  // The model-parallel group of `rank`: every rank that holds a part of the same model replica
+  // (the same dp index: all tp x pp positions), ordered by ModelParallelIndex. Its number is the
+  // rank's dp index. Megatron's "model parallel group"; the ZeroEngine sums the global gradient
+  // norm over it.
+  std::vector<int> ModelParallelRanks(int rank) const;
+  // The rank's position in its model-parallel group: tp + tp_size() * pp.
+  int ModelParallelIndex(int rank) const;
+
   // "tp=2 x pp=2 x dp=2 (order: tp fastest, then dp, then pp)"
   std::string ToString() const;
 

@@ -83,6 +83,27 @@ void RunGrid(int tp, int pp, int dp) {
     ZS_RETURN_IF_ERROR(CheckGroup(grid, rank, GridAxis::kTp, groups.tp()));
     ZS_RETURN_IF_ERROR(CheckGroup(grid, rank, GridAxis::kPp, groups.pp()));
     ZS_RETURN_IF_ERROR(CheckGroup(grid, rank, GridAxis::kDp, groups.dp()));
+    // The model-parallel group: the tp x pp ranks of this dp index, tp fastest.
+    {
+      Communicator& mp = groups.model_parallel();
+      const std::vector<int> expected = grid.ModelParallelRanks(rank);
+      if (mp.size() != int(expected.size()) || mp.rank() != grid.ModelParallelIndex(rank) ||
+          mp.group_name() != "mp") {
+        return InternalError(fmt::format("rank {}: mp group rank {} of {} named '{}'", rank,
+                                         mp.rank(), mp.size(), mp.group_name()));
+      }
+      const float mine = float(rank);
+      std::vector<float> members(expected.size(), -1.0f);
+      ZS_RETURN_IF_ERROR(mp.AllGather(&mine, members.data(), 1, DType::kF32));
+      for (size_t i = 0; i < expected.size(); ++i) {
+        const GridCoord c = grid.Coord(expected[i]);
+        if (members[i] != float(expected[i]) || c.dp != grid.Coord(rank).dp ||
+            grid.ModelParallelIndex(expected[i]) != int(i)) {
+          return InternalError(fmt::format("rank {}: mp member {} is world rank {}, expected {}",
+                                           rank, i, members[i], expected[i]));
+        }
+      }
+    }
     ProcessGroups moved = std::move(groups);
     ZS_RETURN_IF_ERROR(moved.world().Barrier());
     return OkStatus();

@@ -82,6 +82,23 @@ TEST(RankGridTest, ExhaustiveSmallGrids) {
           EXPECT_EQ(int(seen_ranks.size()), grid.world_size());
           EXPECT_EQ(int(seen_groups.size()), grid.world_size() / grid.size(axis));
         }
+        // Model-parallel groups: the tp x pp ranks of one dp index, tp fastest; a partition.
+        std::set<int> mp_seen;
+        for (int rank = 0; rank < grid.world_size(); ++rank) {
+          const GridCoord c = grid.Coord(rank);
+          const std::vector<int> group = grid.ModelParallelRanks(rank);
+          ASSERT_EQ(int(group.size()), tp * pp);
+          ASSERT_EQ(group[size_t(grid.ModelParallelIndex(rank))], rank);
+          for (int i = 0; i < int(group.size()); ++i) {
+            const GridCoord m = grid.Coord(group[size_t(i)]);
+            ASSERT_EQ(m.dp, c.dp);
+            ASSERT_EQ(m.tp + tp * m.pp, i);
+          }
+          if (c.tp == 0 && c.pp == 0) {
+            for (int member : group) ASSERT_TRUE(mp_seen.insert(member).second);
+          }
+        }
+        EXPECT_EQ(int(mp_seen.size()), grid.world_size());
       }
     }
   }
