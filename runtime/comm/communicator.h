@@ -17,6 +17,22 @@
 //   In-place forms are allowed: AllGather with send == recv + rank*count, ReduceScatter with
 //   recv == send + rank*count, AllReduce with send == recv. Zero counts are valid no-ops that
 //   still take part in the ordering.
+// - AllToAll / AllToAllv (expert-parallel dispatch and combine): rank r sends block p of its
+//   send buffer to rank p and receives block p of its recv buffer from rank p (its own block p
+//   == r is a local copy). The even form sends `count` elements to every peer (block p is
+//   elements [p*count, (p+1)*count)); the uneven form takes per-peer counts and element
+//   offsets, `size()` entries in each of the four spans, copied at Start. send_counts[p] on
+//   rank r must equal recv_counts[r] on rank p (so send_counts[r] == recv_counts[r] on rank
+//   r). Not in place: the send ranges and the recv ranges must not overlap, nor two recv
+//   ranges each other (send ranges may overlap: they are only read). Zero counts are valid,
+//   also for every peer (null buffers then allowed). Start checks what one rank can see
+//   (InvalidArgument naming the values: spans of the wrong size, offset + count overflowing,
+//   overlaps, null buffers, its own send/recv count for itself differing); the buffers' ends
+//   are the caller's to respect (no sizes are passed). A count that disagrees between two
+//   ranks is InvalidArgument naming both ranks and both counts wherever the backend can see
+//   it (local: every rank of the group, before any data moves; fabric: both ranks of the pair,
+//   which exchange their counts first, while the other ranks finish normally); nccl cannot
+//   see it (see its header). No backend truncates silently or hangs past the timeout.
 // - Reductions are deterministic and independent of algorithm, chunking and world layout: each
 //   element's result is ((x_0 + x_1) + x_2) + ... + x_{N-1} over ranks 0..N-1 in that order,
 //   accumulated in f32 for bf16/f16 and rounded once (to nearest even) to the output dtype.
@@ -32,6 +48,7 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -79,6 +96,17 @@ class Communicator {
   virtual CommHandle StartSend(const void* buffer, size_t count, DType dtype, int peer) = 0;
   virtual CommHandle StartRecv(void* buffer, size_t count, DType dtype, int peer) = 0;
   virtual CommHandle StartBarrier() = 0;
+  // All-to-all. Even form: `count` elements to every peer: block p of `send` (elements
+  // [p*count, (p+1)*count)) goes to rank p, block p of `recv` comes from rank p.
+  CommHandle StartAllToAll(const void* send, void* recv, size_t count, DType dtype);
+  // Uneven form: send_counts[p] elements starting at element send_offsets[p] of `send` go to
+  // rank p; recv_counts[p] elements from rank p land at element recv_offsets[p] of `recv`.
+  // The four spans have size() entries and are copied at Start (they need not outlive the
+  // call). send_counts[p] on rank r must equal recv_counts[r] on rank p.
+  virtual CommHandle StartAllToAllv(const void* send, std::span<const size_t> send_counts,
+                                    std::span<const size_t> send_offsets, void* recv,
+                                    std::span<const size_t> recv_counts,
+                                    std::span<const size_t> recv_offsets, DType dtype) = 0;
 
   // Collective over this group: ranks passing the same `color` form a new group, ordered by
   // (`key`, parent rank). A negative color takes no part and gets nullptr. `name` names the
@@ -105,6 +133,16 @@ class Communicator {
     return StartRecv(buffer, count, dtype, peer).Wait();
   }
   Status Barrier() { return StartBarrier().Wait(); }
+  Status AllToAll(const void* send, void* recv, size_t count, DType dtype) {
+    return StartAllToAll(send, recv, count, dtype).Wait();
+  }
+  Status AllToAllv(const void* send, std::span<const size_t> send_counts,
+                   std::span<const size_t> send_offsets, void* recv,
+                   std::span<const size_t> recv_counts, std::span<const size_t> recv_offsets,
+                   DType dtype) {
+    return StartAllToAllv(send, send_counts, send_offsets, recv, recv_counts, recv_offsets, dtype)
+        .Wait();
+  }
 };
 
 }  // namespace zs

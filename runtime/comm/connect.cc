@@ -38,6 +38,15 @@ CommHandle EnvironmentCommunicator::StartSend(const void* buffer, size_t count, 
 CommHandle EnvironmentCommunicator::StartRecv(void* buffer, size_t count, DType dtype, int peer) {
   return comm_->StartRecv(buffer, count, dtype, peer);
 }
+CommHandle EnvironmentCommunicator::StartAllToAllv(const void* send,
+                                                   std::span<const size_t> send_counts,
+                                                   std::span<const size_t> send_offsets, void* recv,
+                                                   std::span<const size_t> recv_counts,
+                                                   std::span<const size_t> recv_offsets,
+                                                   DType dtype) {
+  return comm_->StartAllToAllv(send, send_counts, send_offsets, recv, recv_counts, recv_offsets,
+                               dtype);
+}
 CommHandle EnvironmentCommunicator::StartBarrier() { return comm_->StartBarrier(); }
 StatusOr<std::unique_ptr<Communicator>> EnvironmentCommunicator::Split(int color, int key,
                                                                        std::string name) {

@@ -50,6 +50,10 @@ class EnvironmentCommunicator final : public Communicator {
   CommHandle StartBroadcast(void* buffer, size_t count, DType dtype, int root) override;
   CommHandle StartSend(const void* buffer, size_t count, DType dtype, int peer) override;
   CommHandle StartRecv(void* buffer, size_t count, DType dtype, int peer) override;
+  CommHandle StartAllToAllv(const void* send, std::span<const size_t> send_counts,
+                            std::span<const size_t> send_offsets, void* recv,
+                            std::span<const size_t> recv_counts,
+                            std::span<const size_t> recv_offsets, DType dtype) override;
   CommHandle StartBarrier() override;
   StatusOr<std::unique_ptr<Communicator>> Split(int color, int key, std::string name) override;
 

@@ -6,8 +6,10 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "runtime/base/status.h"
 #include "runtime/comm/communicator.h"
@@ -36,6 +38,36 @@ Status CheckReduceScatterArgs(const Communicator& comm, const void* send, const 
                               size_t count, DType dtype, std::string_view what);
 Status CheckAllReduceArgs(const Communicator& comm, const void* send, const void* recv,
                           size_t count, DType dtype, std::string_view what);
+
+// The per-peer counts and element offsets of one all-to-all, copied from the caller's spans.
+struct AllToAllLayout {
+  std::vector<size_t> send_counts, send_offsets, recv_counts, recv_offsets;
+
+  AllToAllLayout() = default;
+  AllToAllLayout(std::span<const size_t> sc, std::span<const size_t> so, std::span<const size_t> rc,
+                 std::span<const size_t> ro)
+      : send_counts(sc.begin(), sc.end()),
+        send_offsets(so.begin(), so.end()),
+        recv_counts(rc.begin(), rc.end()),
+        recv_offsets(ro.begin(), ro.end()) {}
+  size_t send_total() const;  // sum of send_counts
+  size_t recv_total() const;  // sum of recv_counts
+};
+
+// "all_to_all_v(send=12, recv=10, bf16) on group 'ep' (rank 1 of 4)": the element totals.
+std::string DescribeAllToAll(const Communicator& comm, const AllToAllLayout& layout, DType dtype);
+
+// The checks of communicator.h's all-to-all that one rank can make, InvalidArgument naming the
+// values: a span without size() entries; offset + count (in bytes) overflowing; a null buffer
+// with a nonzero total; two nonempty recv ranges overlapping (naming both peers); a send range
+// overlapping a recv range (naming both peers); send_counts[rank] != recv_counts[rank].
+Status CheckAllToAllArgs(const Communicator& comm, const void* send, const void* recv,
+                         const AllToAllLayout& layout, DType dtype, std::string_view what);
+
+// The error of a count that differs between two ranks: rank `sender` sends `sent` elements to
+// rank `receiver`, which expects `expected` from it.
+Status AllToAllCountMismatch(std::string_view what, std::string_view group, int sender, size_t sent,
+                             int receiver, size_t expected);
 
 Status CheckInPlace(std::string_view inner_name, const void* inner, size_t inner_bytes,
                     std::string_view outer_name, const void* outer, size_t outer_bytes,

@@ -17,6 +17,10 @@ namespace {
 constexpr int kMaxSegments = (1 << 20) - 1;  // the tag's segment field
 constexpr int kCommIdCandidates = 64;
 
+void Copy(char* dst, const char* src, size_t bytes) {
+  if (bytes > 0 && dst != src) std::memcpy(dst, src, bytes);
+}
+
 // One segmented message between this rank and one peer. Segment s lives at
 // base + (ring ? s % ring : s) * segment and has min(segment, bytes - s * segment) bytes.
 struct Stream {
@@ -338,6 +342,79 @@ Status FabricCommunicator::RunBroadcast(const std::string& description, uint32_t
   return OkStatus();
 }
 
+Status FabricCommunicator::RunAllToAll(const std::string& description, uint32_t seq,
+                                       const void* send, void* recv, const AllToAllLayout& layout,
+                                       DType dtype) {
+  const int n = size();
+  const size_t esize = DTypeSize(dtype);
+  const char* in = static_cast<const char*>(send);
+  char* out = static_cast<char*>(recv);
+  Copy(out + layout.recv_offsets[rank_] * esize, in + layout.send_offsets[rank_] * esize,
+       layout.recv_counts[rank_] * esize);
+  if (n == 1) return OkStatus();
+  auto transfer = NewTransfer(description);
+
+  // Phase 1: the counts of every pair, both directions.
+  struct Counts {
+    uint64_t sends;    // elements the sender sends to the receiver
+    uint64_t expects;  // elements the sender expects from the receiver
+  };
+  // Shared with the transfer: requests the provider never completes (a failed exchange) may
+  // still point into them after this returns.
+  auto counts = std::make_shared<std::vector<Counts>>(2 * size_t(n));
+  transfer->KeepAliveIfOrphaned(counts);
+  Counts* mine = counts->data();
+  Counts* theirs = mine + n;
+  for (int p = 0; p < n; ++p) {
+    if (p == rank_) continue;
+    mine[p] = Counts{layout.send_counts[p], layout.recv_counts[p]};
+    transfer->Recv(p, &theirs[p], sizeof(Counts), Tag(OpKind::kAllToAllCounts, seq, p), 0);
+    transfer->Send(p, &mine[p], sizeof(Counts), Tag(OpKind::kAllToAllCounts, seq, rank_), 0);
+  }
+  ZS_RETURN_IF_ERROR(transfer->WaitAll());
+  Status mismatch;
+  std::vector<char> agreed(n, 1);
+  for (int p = 0; p < n; ++p) {
+    if (p == rank_) continue;
+    Status pair;
+    if (theirs[p].sends != layout.recv_counts[p]) {
+      pair = AllToAllCountMismatch(description, group_name(), p, theirs[p].sends, rank_,
+                                   layout.recv_counts[p]);
+    } else if (theirs[p].expects != layout.send_counts[p]) {
+      pair = AllToAllCountMismatch(description, group_name(), rank_, layout.send_counts[p], p,
+                                   theirs[p].expects);
+    }
+    if (!pair.ok()) {
+      agreed[p] = 0;  // the peer sees the same two counts and skips this pair too
+      if (mismatch.ok()) mismatch = pair;
+    }
+  }
+
+  // Phase 2: the blocks of every pair that agreed.
+  const size_t segment = tuning_.segment_bytes;
+  StreamSet streams(*transfer, segment, tuning_.window);
+  for (int i = 1; i < n; ++i) {
+    const int p = (rank_ + i) % n;  // start with the next rank: spreads the load
+    if (!agreed[p]) continue;
+    const size_t send_bytes = layout.send_counts[p] * esize;
+    const size_t recv_bytes = layout.recv_counts[p] * esize;
+    if (std::max(send_bytes, recv_bytes) / segment >= size_t(kMaxSegments)) {
+      return InvalidArgumentError(fmt::format(
+          "{}: a block of {} bytes to or from rank {} needs more than {} segments of {} bytes",
+          description, std::max(send_bytes, recv_bytes), p, kMaxSegments, segment));
+    }
+    streams.Add(false, p, out + layout.recv_offsets[p] * esize, recv_bytes,
+                Tag(OpKind::kAllToAll, seq, p));
+    streams.Add(true, p, in + layout.send_offsets[p] * esize, send_bytes,
+                Tag(OpKind::kAllToAll, seq, rank_));
+  }
+  streams.PumpAll();
+  while (!streams.AllDone()) {
+    ZS_RETURN_IF_ERROR(streams.Step([](int, int) {}));
+  }
+  return mismatch;
+}
+
 Status FabricCommunicator::BrokenStatus(const std::string& description) const {
   std::lock_guard<std::mutex> lock(broken_mu_);
   if (broken_.ok()) return OkStatus();
@@ -634,6 +711,22 @@ CommHandle FabricCommunicator::StartRecv(void* buffer, size_t count, DType dtype
   const uint32_t seq = recv_seq_[peer]++;
   return StartPointToPoint(std::move(description), false, buffer, count * DTypeSize(dtype), peer,
                            seq);
+}
+
+CommHandle FabricCommunicator::StartAllToAllv(const void* send, std::span<const size_t> send_counts,
+                                              std::span<const size_t> send_offsets, void* recv,
+                                              std::span<const size_t> recv_counts,
+                                              std::span<const size_t> recv_offsets, DType dtype) {
+  auto layout =
+      std::make_shared<AllToAllLayout>(send_counts, send_offsets, recv_counts, recv_offsets);
+  std::string description = DescribeAllToAll(*this, *layout, dtype);
+  Status check = CheckAllToAllArgs(*this, send, recv, *layout, dtype, description);
+  if (!check.ok()) return CommHandle::Completed(check, description);
+  const uint32_t seq = next_seq_++;
+  return queue_->Submit(description, [=, this] {
+    return Guarded(description,
+                   [&] { return RunAllToAll(description, seq, send, recv, *layout, dtype); });
+  });
 }
 
 CommHandle FabricCommunicator::StartBarrier() {

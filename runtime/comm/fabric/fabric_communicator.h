@@ -18,6 +18,12 @@
 //   reduce-scatter over blocks of ceil(count/size) elements fused with the all-gather of each
 //   reduced segment, so both phases stream together. Broadcast is a pipelined chain from the
 //   root. Barrier is a dissemination barrier.
+// - All-to-all runs in two phases: every pair of ranks first exchanges its two counts (16 bytes
+//   each way: what I send you, what I expect from you), so that a count that disagrees fails on
+//   both ranks of the pair with InvalidArgument naming both counts, before any data moves (no
+//   truncation, no wait for data that never comes); then every pair with agreeing counts
+//   streams its blocks directly between the caller's buffers (segments as above), the own
+//   block is a memcpy. The other ranks finish normally.
 // - Send/Recv match in start order per pair (a per-pair sequence number in the tag). They do
 //   not wait in the queue behind each other or behind collectives: a thread of their own, started
 //   by the first one and asleep while none is in flight, posts and progresses them at once, so
@@ -38,13 +44,14 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/fabric/fabric_endpoint.h"
 #include "runtime/comm/fabric/fabric_peer.h"
+#include "runtime/comm/op_checks.h"
 #include "runtime/comm/op_queue.h"
 
 namespace zs {
@@ -78,6 +85,10 @@ class FabricCommunicator final : public Communicator {
   CommHandle StartBroadcast(void* buffer, size_t count, DType dtype, int root) override;
   CommHandle StartSend(const void* buffer, size_t count, DType dtype, int peer) override;
   CommHandle StartRecv(void* buffer, size_t count, DType dtype, int peer) override;
+  CommHandle StartAllToAllv(const void* send, std::span<const size_t> send_counts,
+                            std::span<const size_t> send_offsets, void* recv,
+                            std::span<const size_t> recv_counts,
+                            std::span<const size_t> recv_offsets, DType dtype) override;
   CommHandle StartBarrier() override;
   StatusOr<std::unique_ptr<Communicator>> Split(int color, int key, std::string name) override;
 
@@ -91,6 +102,8 @@ class FabricCommunicator final : public Communicator {
     kPointToPoint,
     kBarrier,
     kSplit,
+    kAllToAllCounts,
+    kAllToAll,
   };
   struct Blocks;
 
@@ -105,6 +118,8 @@ class FabricCommunicator final : public Communicator {
                    const Blocks& blocks, DType dtype, ReduceOp op, bool all_gather);
   Status RunBroadcast(const std::string& description, uint32_t seq, void* buffer, size_t bytes,
                       int root);
+  Status RunAllToAll(const std::string& description, uint32_t seq, const void* send, void* recv,
+                     const AllToAllLayout& layout, DType dtype);
   // Point-to-point operations bypass the queue (see the contract above).
   struct PointToPointOp;
   CommHandle StartPointToPoint(std::string description, bool is_send, void* buffer, size_t bytes,

@@ -30,6 +30,10 @@
 //   bit, for any chunking. In place is safe: chunk c of any buffer is written only by its owner
 //   and read in phase 1 only by rank c.
 // - broadcast: non-roots copy from the root's buffer. 2 steps.
+// - all_to_all: the arrive step also compares the counts of every pair of ranks, so a count
+//   that disagrees fails EVERY rank at once, naming the pair and both counts, before anyone
+//   reads a buffer; rank r then copies block r of each rank p's send buffer into its recv
+//   block p. 2 steps for every rank, whatever its counts.
 // - barrier: the arrive step only. Zero counts: the arrive step only (ordering and checks).
 // - The "done" step keeps every buffer alive until all peers finished reading it.
 // - send/recv: eager. A send copies into the receiver's posted buffer when the receive is

@@ -69,12 +69,25 @@ Status LocalCommunicator::RunCollective(CollectiveCall call, const std::string& 
   const uint64_t arrive = ++step_;
   group_->Publish(rank_, call, arrive);
   ZS_RETURN_IF_ERROR(group_->WaitAll(rank_, arrive, &call, deadline, options_.timeout, what));
-  if (call.kind == CallKind::kBarrier || call.count == 0) return OkStatus();
-
+  auto peer = [&](int k) -> const CollectiveCall& { return group_->CallOf(k, call.seq); };
   const int n = size();
   const size_t element = DTypeSize(call.dtype);
+  if (call.kind == CallKind::kAllToAll) {
+    // Counts differ by rank, so every rank takes both steps whatever its own counts. Block p
+    // comes from rank p's send buffer; starting at the next rank spreads the readers.
+    const AllToAllLayout& mine = *call.layout;
+    for (int i = 0; i < n; ++i) {
+      const int p = (rank_ + i) % n;
+      const CollectiveCall& theirs = peer(p);
+      Copy(At(call.recv, mine.recv_offsets[p], element),
+           At(theirs.send, theirs.layout->send_offsets[rank_], element),
+           mine.recv_counts[p] * element);
+    }
+    return Step(what, deadline);
+  }
+  if (call.kind == CallKind::kBarrier || call.count == 0) return OkStatus();
+
   const size_t bytes = call.count * element;
-  auto peer = [&](int k) -> const CollectiveCall& { return group_->CallOf(k, call.seq); };
   switch (call.kind) {
     case CallKind::kAllGather:
       for (int k = 0; k < n; ++k)
@@ -111,6 +124,7 @@ Status LocalCommunicator::RunCollective(CollectiveCall call, const std::string& 
       break;
     case CallKind::kBarrier:
     case CallKind::kSplit:
+    case CallKind::kAllToAll:
       break;
   }
   return Step(what, deadline);
@@ -166,6 +180,23 @@ CommHandle LocalCommunicator::StartBroadcast(void* buffer, size_t count, DType d
                       .root = root,
                       .send = buffer,
                       .recv = buffer};
+  return EnqueueCollective(call, std::move(what));
+}
+
+CommHandle LocalCommunicator::StartAllToAllv(const void* send, std::span<const size_t> send_counts,
+                                             std::span<const size_t> send_offsets, void* recv,
+                                             std::span<const size_t> recv_counts,
+                                             std::span<const size_t> recv_offsets, DType dtype) {
+  auto layout =
+      std::make_shared<AllToAllLayout>(send_counts, send_offsets, recv_counts, recv_offsets);
+  std::string what = DescribeAllToAll(*this, *layout, dtype);
+  Status valid = CheckAllToAllArgs(*this, send, recv, *layout, dtype, what);
+  if (!valid.ok()) return CommHandle::Completed(valid, what);
+  CollectiveCall call{.kind = CallKind::kAllToAll,
+                      .dtype = dtype,
+                      .send = send,
+                      .recv = recv,
+                      .layout = std::move(layout)};
   return EnqueueCollective(call, std::move(what));
 }
 

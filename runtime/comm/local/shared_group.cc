@@ -36,6 +36,8 @@ std::string_view CallKindName(CallKind kind) {
       return "barrier";
     case CallKind::kSplit:
       return "split";
+    case CallKind::kAllToAll:
+      return "all_to_all_v";
   }
   return "?";
 }
@@ -66,6 +68,9 @@ std::string DescribeCall(const CollectiveCall& call) {
       return "barrier()";
     case CallKind::kSplit:
       return fmt::format("split(color={}, key={})", call.color, call.key);
+    case CallKind::kAllToAll:
+      return fmt::format("all_to_all_v(send={}, recv={}, {})", call.layout->send_total(),
+                         call.layout->recv_total(), DTypeName(call.dtype));
   }
   return "?";
 }
@@ -83,6 +88,8 @@ bool CallsMatch(const CollectiveCall& a, const CollectiveCall& b) {
       return a.count == b.count && a.dtype == b.dtype && a.op == b.op;
     case CallKind::kBroadcast:
       return a.count == b.count && a.dtype == b.dtype && a.root == b.root;
+    case CallKind::kAllToAll:
+      return a.dtype == b.dtype;
   }
   return false;
 }
@@ -138,6 +145,25 @@ Status SharedGroup::CheckCalls(int rank, uint64_t step, const CollectiveCall& mi
       return InvalidArgumentError(fmt::format(
           "mismatched collective #{} on group '{}': rank {} called {} but rank {} called {}",
           mine.seq, name_, rank, DescribeCall(mine), k, DescribeCall(theirs)));
+    }
+  }
+  if (mine.kind != CallKind::kAllToAll) return OkStatus();
+  // all_to_all: every pair of arrived ranks, not only this rank's pairs, so that a mismatch
+  // stops every rank at the arrive step; none then reads a buffer of a rank that failed (and
+  // may have freed it).
+  for (int j = 0; j < world_; ++j) {
+    if (ranks_[j]->arrived.load(std::memory_order_acquire) < step) continue;
+    const AllToAllLayout& a = *ranks_[j]->calls[mine.seq % 2].layout;
+    for (int k = j + 1; k < world_; ++k) {
+      if (ranks_[k]->arrived.load(std::memory_order_acquire) < step) continue;
+      const AllToAllLayout& b = *ranks_[k]->calls[mine.seq % 2].layout;
+      auto what = [&] { return fmt::format("all_to_all_v (collective #{})", mine.seq); };
+      if (a.send_counts[k] != b.recv_counts[j]) {
+        return AllToAllCountMismatch(what(), name_, j, a.send_counts[k], k, b.recv_counts[j]);
+      }
+      if (b.send_counts[j] != a.recv_counts[k]) {
+        return AllToAllCountMismatch(what(), name_, k, b.send_counts[j], j, a.recv_counts[k]);
+      }
     }
   }
   return OkStatus();

@@ -16,7 +16,8 @@
 //   collective seq, so the entry of seq stays readable until every rank left it.
 // - Every wait has a deadline and fails fast: a waited-for rank that was destroyed (MarkDead)
 //   gives kUnavailable, one whose communicator failed gives kAborted with its error, calls that
-//   differ gives kInvalidArgument naming both calls and ranks; the deadline gives
+//   differ gives kInvalidArgument naming both calls and ranks (all_to_all counts that disagree
+//   between two ranks: naming both ranks and both counts); the deadline gives
 //   kDeadlineExceeded naming the missing ranks.
 // - All methods are thread-safe; the guarded fields are under mu_, arrival counters are atomics
 //   (also written under mu_ so that condition-variable waits see them).
@@ -39,6 +40,7 @@
 #include "runtime/base/dtype.h"
 #include "runtime/base/status.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/comm/op_checks.h"
 #include "runtime/device/memory_tracker.h"
 
 namespace zs::local {
@@ -52,6 +54,7 @@ enum class CallKind : uint8_t {
   kBroadcast,
   kBarrier,
   kSplit,
+  kAllToAll,
 };
 
 // One rank's side of one collective, as published to its peers.
@@ -66,11 +69,15 @@ struct CollectiveCall {
   void* recv = nullptr;
   int color = 0;  // split only
   int key = 0;    // split only
+  // all_to_all only: this rank's counts and offsets. Shared, so that the published copy keeps
+  // them alive for the peers that read them, however this rank's operation ends.
+  std::shared_ptr<const AllToAllLayout> layout;
 };
 
 // "all_reduce(count=10, f32, sum)".
 std::string DescribeCall(const CollectiveCall& call);
-// Whether two ranks' calls are the same collective (kind, count, dtype, op, root as relevant).
+// Whether two ranks' calls are the same collective (kind, count, dtype, op, root as relevant;
+// all_to_all: kind and dtype, its counts are compared pairwise by CheckCalls).
 bool CallsMatch(const CollectiveCall& a, const CollectiveCall& b);
 
 class SharedGroup {

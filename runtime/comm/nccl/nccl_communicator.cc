@@ -274,6 +274,36 @@ CommHandle NcclCommunicator::StartRecv(void* buffer, size_t count, DType dtype, 
   });
 }
 
+CommHandle NcclCommunicator::StartAllToAllv(const void* send, std::span<const size_t> send_counts,
+                                            std::span<const size_t> send_offsets, void* recv,
+                                            std::span<const size_t> recv_counts,
+                                            std::span<const size_t> recv_offsets, DType dtype) {
+  auto layout =
+      std::make_shared<AllToAllLayout>(send_counts, send_offsets, recv_counts, recv_offsets);
+  std::string d = DescribeAllToAll(*this, *layout, dtype);
+  const Status valid = CheckAllToAllArgs(*this, send, recv, *layout, dtype, d);
+  const size_t total = valid.ok() ? layout->send_total() + layout->recv_total() : 0;
+  const int n = size_;
+  return Enqueue(std::move(d), valid, total, [=](ncclComm* c, CUstream_st* s) {
+    const size_t esize = DTypeSize(dtype);
+    const auto* in = static_cast<const char*>(send);
+    auto* out = static_cast<char*>(recv);
+    ncclResult_t r = ncclGroupStart();
+    for (int p = 0; p < n && r == ncclSuccess; ++p) {
+      if (layout->send_counts[p] > 0) {
+        r = ncclSend(in + layout->send_offsets[p] * esize, layout->send_counts[p], ToNccl(dtype), p,
+                     c, s);
+      }
+      if (r == ncclSuccess && layout->recv_counts[p] > 0) {
+        r = ncclRecv(out + layout->recv_offsets[p] * esize, layout->recv_counts[p], ToNccl(dtype),
+                     p, c, s);
+      }
+    }
+    const ncclResult_t end = ncclGroupEnd();  // always closes the group
+    return int(r != ncclSuccess ? r : end);
+  });
+}
+
 CommHandle NcclCommunicator::StartBarrier() {
   // A one-element all-reduce: every rank's stream passes it only once all ranks reached it.
   float* scratch = scratch_;

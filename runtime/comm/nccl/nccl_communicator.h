@@ -18,6 +18,11 @@
 // - Send and Recv are stream-ordered like everything else: a Send blocks this rank's stream
 //   until the peer's matching Recv runs. Ring exchanges must therefore post them in an order
 //   that matches (e.g. even ranks send first, odd ranks receive first).
+// - All-to-all is one NCCL group of ncclSend/ncclRecv, one pair per peer with a nonzero count
+//   (its own block is a ncclSend/ncclRecv to itself, which NCCL allows, so the whole exchange is
+//   stream-ordered). NCCL cannot see a count that disagrees between two ranks: the receive then
+//   gets fewer bytes or the transfer never completes; the second case fails at the timeout
+//   (DeadlineExceeded, communicator aborted), the first is the caller's bug (as in NCCL itself).
 // - The destructor waits for the unfinished operations (each bounded by the timeout), then
 //   finalizes and destroys the communicator (or has already aborted it). Children from Split()
 //   must be destroyed before their parent.
@@ -76,6 +81,10 @@ class NcclCommunicator final : public Communicator {
   CommHandle StartBroadcast(void* buffer, size_t count, DType dtype, int root) override;
   CommHandle StartSend(const void* buffer, size_t count, DType dtype, int peer) override;
   CommHandle StartRecv(void* buffer, size_t count, DType dtype, int peer) override;
+  CommHandle StartAllToAllv(const void* send, std::span<const size_t> send_counts,
+                            std::span<const size_t> send_offsets, void* recv,
+                            std::span<const size_t> recv_counts,
+                            std::span<const size_t> recv_offsets, DType dtype) override;
   CommHandle StartBarrier() override;
   StatusOr<std::unique_ptr<Communicator>> Split(int color, int key, std::string name) override;
 

@@ -1,12 +1,16 @@
 #include "tests/runtime/comm/comm_checks.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -203,6 +207,98 @@ Status CheckSendRecvRing(Communicator& comm, size_t count, DType dtype, uint32_t
   return OkStatus();
 }
 
+Status CheckAllToAll(Communicator& comm, size_t count, DType dtype, uint32_t seed) {
+  const std::string what = Name("all_to_all", count, dtype);
+  const int n = comm.size(), r = comm.rank();
+  Buffer send = Inputs(r, count * n, dtype, seed);
+  Buffer recv(count * n, dtype);
+  ZS_RETURN_IF_ERROR(Named(comm.AllToAll(send.data(), recv.data(), count, dtype), what));
+  for (int p = 0; p < n; ++p) {
+    Buffer expected(count, dtype);
+    expected.FillInputs(0, count, p, size_t(r) * count, seed);
+    ZS_RETURN_IF_ERROR(Compare(comm, fmt::format("{} block from rank {}", what, p), recv,
+                               size_t(p) * count, expected));
+  }
+  return OkStatus();
+}
+
+size_t AllToAllCount(int from, int to, size_t base) {
+  if ((from + 2 * to) % 3 == 1) return 0;
+  return base * size_t(1 + (from * 5 + to * 3) % 4);
+}
+
+namespace {
+
+constexpr size_t kGap = 3;  // sentinel elements before every block of the uneven layouts
+
+// Rank `r`'s send layout for CheckAllToAllv: blocks in reverse peer order, each after a gap.
+void SendLayout(int r, int n, size_t base, std::vector<size_t>* counts,
+                std::vector<size_t>* offsets, size_t* total) {
+  counts->assign(n, 0);
+  offsets->assign(n, 0);
+  size_t at = 0;
+  for (int p = n - 1; p >= 0; --p) {
+    at += kGap;
+    (*counts)[p] = AllToAllCount(r, p, base);
+    (*offsets)[p] = at;
+    at += (*counts)[p];
+  }
+  *total = at + kGap;
+}
+
+// Receive layout: blocks in the order r+1, r+2, ..., r (rotated), each after a gap.
+void RecvLayout(int r, int n, size_t base, std::vector<size_t>* counts,
+                std::vector<size_t>* offsets, size_t* total) {
+  counts->assign(n, 0);
+  offsets->assign(n, 0);
+  size_t at = 0;
+  for (int i = 1; i <= n; ++i) {
+    const int p = (r + i) % n;
+    at += kGap;
+    (*counts)[p] = AllToAllCount(p, r, base);
+    (*offsets)[p] = at;
+    at += (*counts)[p];
+  }
+  *total = at + kGap;
+}
+
+}  // namespace
+
+Status CheckAllToAllv(Communicator& comm, size_t base, DType dtype, uint32_t seed) {
+  const std::string what = Name("all_to_all_v", base, dtype);
+  const int n = comm.size(), r = comm.rank();
+  std::vector<size_t> send_counts, send_offsets, recv_counts, recv_offsets;
+  size_t send_total = 0, recv_total = 0;
+  SendLayout(r, n, base, &send_counts, &send_offsets, &send_total);
+  RecvLayout(r, n, base, &recv_counts, &recv_offsets, &recv_total);
+  // The block for peer p holds rank r's inputs from index p * 1'000'000.
+  Buffer send(send_total, dtype);
+  for (int p = 0; p < n; ++p) {
+    send.FillInputs(send_offsets[p], send_counts[p], r, size_t(p) * 1'000'000, seed);
+  }
+  Buffer recv(recv_total, dtype);
+  ZS_RETURN_IF_ERROR(Named(comm.AllToAllv(send.data(), send_counts, send_offsets, recv.data(),
+                                          recv_counts, recv_offsets, dtype),
+                           what));
+  // Expected: the whole recv buffer, sentinel in the gaps.
+  Buffer expected(recv_total, dtype);
+  for (int p = 0; p < n; ++p) {
+    expected.FillInputs(recv_offsets[p], recv_counts[p], p, size_t(r) * 1'000'000, seed);
+  }
+  return Compare(comm, what, recv, 0, expected);
+}
+
+Status RunMismatchedAllToAll(Communicator& comm, DType dtype) {
+  const int n = comm.size(), r = comm.rank();
+  std::vector<size_t> counts(n, 4), offsets(n);
+  for (int p = 0; p < n; ++p) offsets[p] = size_t(p) * 8;
+  std::vector<size_t> send_counts = counts;
+  if (r == 0) send_counts[n - 1] = 5;  // rank n-1 expects 4
+  Buffer send = Inputs(r, 8 * size_t(n), dtype, 77);
+  Buffer recv(8 * size_t(n), dtype);
+  return comm.AllToAllv(send.data(), send_counts, offsets, recv.data(), counts, offsets, dtype);
+}
+
 Status CheckBarrier(Communicator& comm) {
   for (int i = 0; i < 3; ++i) {
     ZS_RETURN_IF_ERROR(Named(comm.Barrier(), fmt::format("barrier {}", i)));
@@ -323,6 +419,8 @@ Status CheckOneSplit(Communicator& comm, const std::string& name, int color, int
   ZS_RETURN_IF_ERROR(Named(CheckAllReduce(*child, 1001, DType::kBF16, ReduceOp::kSum, 41), what));
   ZS_RETURN_IF_ERROR(Named(CheckReduceScatter(*child, 7, DType::kF32, ReduceOp::kAvg, 42), what));
   ZS_RETURN_IF_ERROR(Named(CheckBroadcast(*child, 5, DType::kF16, m - 1, 43), what));
+  ZS_RETURN_IF_ERROR(Named(CheckAllToAll(*child, 9, DType::kBF16, 44), what));
+  ZS_RETURN_IF_ERROR(Named(CheckAllToAllv(*child, 3, DType::kF32, 45), what));
   return Named(child->Barrier(), what + ": barrier");
 }
 
@@ -351,6 +449,72 @@ Status CheckSplit(Communicator& comm) {
   return CheckOneSplit(comm, "without_rank0", r == 0 ? -1 : 3, 0, members);
 }
 
+namespace {
+
+// InvalidArgument whose message contains every one of `parts`.
+Status ExpectInvalidNaming(const Communicator& comm, CommHandle handle, const std::string& what,
+                           std::initializer_list<std::string> parts) {
+  Status s = handle.Wait();
+  bool named = s.code() == StatusCode::kInvalidArgument;
+  for (const std::string& part : parts) {
+    named = named && s.message().find(part) != std::string::npos;
+  }
+  if (named) return OkStatus();
+  return InternalError(
+      fmt::format("{} on {} rank {}: expected INVALID_ARGUMENT naming '{}', got {}", what,
+                  comm.backend_name(), comm.rank(), fmt::join(parts, "', '"), s.ToString()));
+}
+
+Status CheckAllToAllArgumentErrors(Communicator& comm) {
+  const int n = comm.size(), r = comm.rank();
+  const DType f32 = DType::kF32;
+  std::vector<float> a(8 * size_t(n), 1.0f), b(8 * size_t(n), 1.0f);
+  std::vector<size_t> counts(n, 2), offsets(n);
+  for (int p = 0; p < n; ++p) offsets[p] = size_t(p) * 2;
+  std::vector<size_t> short_counts(n + 1, 2);
+  ZS_RETURN_IF_ERROR(ExpectInvalidNaming(
+      comm, comm.StartAllToAllv(a.data(), short_counts, offsets, b.data(), counts, offsets, f32),
+      "all_to_all_v send_counts of size n+1",
+      {"send_counts has " + std::to_string(n + 1) + " entries", std::to_string(n)}));
+  ZS_RETURN_IF_ERROR(
+      ExpectInvalidNaming(comm,
+                          comm.StartAllToAllv(a.data(), counts, offsets, b.data(), counts,
+                                              std::span<const size_t>(offsets).first(n - 1), f32),
+                          "all_to_all_v recv_offsets of size n-1",
+                          {"recv_offsets has " + std::to_string(n - 1) + " entries"}));
+  std::vector<size_t> huge = offsets;
+  huge[n - 1] = SIZE_MAX - 1;
+  ZS_RETURN_IF_ERROR(ExpectInvalidNaming(
+      comm, comm.StartAllToAllv(a.data(), counts, offsets, b.data(), counts, huge, f32),
+      "all_to_all_v overflowing recv offset",
+      {fmt::format("recv_offsets[{}] = {}", n - 1, SIZE_MAX - 1), "overflow"}));
+  ZS_RETURN_IF_ERROR(ExpectInvalidNaming(comm, comm.StartAllToAll(a.data(), a.data() + 1, 2, f32),
+                                         "all_to_all overlapping", {"send and recv overlap"}));
+  ZS_RETURN_IF_ERROR(ExpectInvalidNaming(comm, comm.StartAllToAll(nullptr, b.data(), 2, f32),
+                                         "all_to_all null send",
+                                         {"send buffer is null", std::to_string(2 * n)}));
+  ZS_RETURN_IF_ERROR(ExpectInvalidNaming(comm, comm.StartAllToAll(a.data(), nullptr, 1, f32),
+                                         "all_to_all null recv", {"recv buffer is null"}));
+  if (n >= 2) {
+    std::vector<size_t> same(n, 0);  // every recv block at element 0
+    ZS_RETURN_IF_ERROR(ExpectInvalidNaming(
+        comm, comm.StartAllToAllv(a.data(), counts, offsets, b.data(), counts, same, f32),
+        "all_to_all_v overlapping recv blocks", {"recv ranges from rank", "overlap"}));
+  }
+  std::vector<size_t> own = counts;
+  own[r] = 3;  // sends itself 3, expects 2
+  ZS_RETURN_IF_ERROR(ExpectInvalidNaming(
+      comm, comm.StartAllToAllv(a.data(), own, offsets, b.data(), counts, offsets, f32),
+      "all_to_all_v own counts differ",
+      {fmt::format("rank {} sends 3 elements to rank {}, which expects 2", r, r)}));
+  // Zero counts everywhere with null buffers are valid (not an argument error).
+  std::vector<size_t> zeros(n, 0);
+  return Named(comm.AllToAllv(nullptr, zeros, zeros, nullptr, zeros, zeros, f32),
+               "all_to_all_v of nothing with null buffers");
+}
+
+}  // namespace
+
 Status CheckArgumentErrors(Communicator& comm) {
   const int n = comm.size();
   std::vector<float> buffer(4 * size_t(n), 1.0f), other(4 * size_t(n), 1.0f);
@@ -378,7 +542,9 @@ Status CheckArgumentErrors(Communicator& comm) {
       comm, comm.StartReduceScatter(nullptr, o, 4, f32, ReduceOp::kAvg), "reduce_scatter null"));
   ZS_RETURN_IF_ERROR(ExpectInvalid(
       comm, comm.StartReduceScatter(b, nullptr, 4, f32, ReduceOp::kSum), "reduce_scatter null"));
-  return ExpectInvalid(comm, comm.StartBroadcast(nullptr, 4, f32, 0), "broadcast null");
+  ZS_RETURN_IF_ERROR(
+      ExpectInvalid(comm, comm.StartBroadcast(nullptr, 4, f32, 0), "broadcast null"));
+  return CheckAllToAllArgumentErrors(comm);
 }
 
 Status RunAllCommChecks(Communicator& comm) {
@@ -399,6 +565,10 @@ Status RunAllCommChecks(Communicator& comm) {
       ZS_RETURN_IF_ERROR(CheckBroadcast(comm, count, kDTypes[root % 3], root, seed++));
     }
     ZS_RETURN_IF_ERROR(CheckSendRecvRing(comm, count, kDTypes[count % 3], seed++));
+    for (DType dtype : kDTypes) {
+      ZS_RETURN_IF_ERROR(CheckAllToAll(comm, count, dtype, seed++));
+      ZS_RETURN_IF_ERROR(CheckAllToAllv(comm, count, dtype, seed++));
+    }
   }
   constexpr size_t kLarge = 65537;
   ZS_RETURN_IF_ERROR(CheckAllReduce(comm, kLarge, DType::kF32, ReduceOp::kSum, seed++));

@@ -40,6 +40,20 @@ Status CheckBroadcast(Communicator& comm, size_t count, DType dtype, int root, u
 // A no-op at world size 1.
 Status CheckSendRecvRing(Communicator& comm, size_t count, DType dtype, uint32_t seed,
                          int messages = 3);
+// Even all-to-all: block p of rank r's send buffer is InputValue(r, p * count + i); rank r must
+// receive block p == rank p's block r.
+Status CheckAllToAll(Communicator& comm, size_t count, DType dtype, uint32_t seed);
+// Uneven all-to-all: rank r sends AllToAllCount(r, p, base) elements to rank p, zero for about a
+// third of the pairs (and for every pair when base == 0); send blocks are laid out in reverse
+// peer order and recv blocks rotated, each with a gap of sentinel elements that must stay
+// untouched.
+size_t AllToAllCount(int from, int to, size_t base);
+Status CheckAllToAllv(Communicator& comm, size_t base, DType dtype, uint32_t seed);
+// Collective, and breaks the communicator: rank 0 sends one element more to rank `size()-1`
+// than that rank expects. Returns this rank's status of the all-to-all unchanged (callers check
+// it: InvalidArgument naming both ranks and counts on the pair, OK or Aborted elsewhere).
+// Needs at least 2 ranks.
+Status RunMismatchedAllToAll(Communicator& comm, DType dtype);
 // Several barriers between all-reduces; checks every status.
 Status CheckBarrier(Communicator& comm);
 // Starts `ops` collectives of mixed kinds and dtypes on distinct buffers, then waits all.
@@ -51,7 +65,9 @@ Status CheckReduceScatterAllGatherEqualsAllReduce(Communicator& comm, size_t cou
 // and with rank 0 opting out (negative color): checks sizes, ranks, membership (an all-gather
 // of the parent ranks) and collectives on the children.
 Status CheckSplit(Communicator& comm);
-// Bad roots and peers, null buffers: every Start returns InvalidArgument.
+// Bad roots and peers, null buffers, bad all-to-all layouts (span sizes, overflowing ranges,
+// overlaps, its own counts differing): every Start returns InvalidArgument, naming the values
+// for the all-to-all cases.
 Status CheckArgumentErrors(Communicator& comm);
 
 // All of the above at a few sizes (0, 1, 7, 1001 and one 65537), every dtype and op.

@@ -5,8 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "runtime/comm/backend_registry.h"
@@ -60,6 +62,18 @@ class FaultyCommunicator final : public Communicator {
   }
   CommHandle StartRecv(void* buffer, size_t count, DType dtype, int peer) override {
     return CommHandle::Completed(inner_->Recv(buffer, count, dtype, peer));
+  }
+  CommHandle StartAllToAllv(const void* send, std::span<const size_t> send_counts,
+                            std::span<const size_t> send_offsets, void* recv,
+                            std::span<const size_t> recv_counts,
+                            std::span<const size_t> recv_offsets, DType dtype) override {
+    size_t end = 0;  // the send buffer's extent, in elements
+    for (size_t p = 0; p < send_counts.size(); ++p) {
+      end = std::max(end, send_offsets[p] + send_counts[p]);
+    }
+    auto copy = Perturbed(send, end, dtype);
+    return CommHandle::Completed(inner_->AllToAllv(copy.data(), send_counts, send_offsets, recv,
+                                                   recv_counts, recv_offsets, dtype));
   }
   CommHandle StartBarrier() override { return CommHandle::Completed(inner_->Barrier()); }
   StatusOr<std::unique_ptr<Communicator>> Split(int, int, std::string) override {
@@ -141,6 +155,10 @@ TEST(CommChecksTest, DetectAPerturbedInput) {
     ExpectDetected(Fault::kPerturbInput, 2, [&](Communicator& c) {
       return CheckSendRecvRing(c, 11, dtype, 5, /*messages=*/1);
     });
+    ExpectDetected(Fault::kPerturbInput, 3,
+                   [&](Communicator& c) { return CheckAllToAll(c, 6, dtype, 6); });
+    ExpectDetected(Fault::kPerturbInput, 3,
+                   [&](Communicator& c) { return CheckAllToAllv(c, 5, dtype, 7); });
   }
 }
 

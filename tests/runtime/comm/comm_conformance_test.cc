@@ -2,9 +2,11 @@
 // {local, fabric over shm, fabric over tcp} that is registered and available here, and world
 // sizes 1..4, ranks are threads of this process connected through one InProcessStore, and every
 // check of comm_checks.h must hold on every rank.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -50,13 +52,13 @@ class CommConformanceTest : public ::testing::TestWithParam<ConformanceParam> {
     backend_ = *found;
   }
 
-  // Connects the ranks, runs body on each rank's thread, then a barrier; expects OK everywhere.
-  void RunRanks(const std::function<Status(Communicator&)>& body) {
+  // Connects the ranks and runs body on each rank's thread; returns every rank's status (empty
+  // after a skip or a failed connect, which this reports).
+  std::vector<Status> ConnectAndRun(const std::function<Status(Communicator&)>& body,
+                                    std::chrono::milliseconds timeout) {
     const int world = GetParam().world;
     CommOptions options;
-    // Long enough for any healthy operation under sanitizers; short enough that a hang costs
-    // seconds, not minutes.
-    options.timeout = std::chrono::milliseconds(10'000);
+    options.timeout = timeout;
     options.group_name = "conformance";
     options.transport = GetParam().backend.transport;
     InProcessStore store;
@@ -65,21 +67,35 @@ class CommConformanceTest : public ::testing::TestWithParam<ConformanceParam> {
     for (const Status& s : ranks.errors) {
       all_unavailable = all_unavailable && s.code() == StatusCode::kUnavailable;
     }
-    if (all_unavailable) GTEST_SKIP() << "cannot connect here: " << ranks.errors[0].ToString();
-    for (int r = 0; r < world; ++r) {
-      ASSERT_TRUE(ranks.errors[r].ok())
-          << "connect rank " << r << ": " << ranks.errors[r].ToString();
+    if (all_unavailable) {
+      skipped_ = "cannot connect here: " + ranks.errors[0].ToString();
+      return {};
     }
-    std::vector<Status> results = RunOnRanks(world, [&](int r) -> Status {
-      Communicator& comm = *ranks.comms[r];
-      ZS_RETURN_IF_ERROR(body(comm));
-      return comm.Barrier().WithContext("closing barrier");
-    });
     for (int r = 0; r < world; ++r) {
+      EXPECT_TRUE(ranks.errors[r].ok())
+          << "connect rank " << r << ": " << ranks.errors[r].ToString();
+      if (!ranks.errors[r].ok()) return {};
+    }
+    return RunOnRanks(world, [&](int r) -> Status { return body(*ranks.comms[r]); });
+  }
+
+  // Runs body then a barrier on every rank; expects OK everywhere.
+  void RunRanks(const std::function<Status(Communicator&)>& body) {
+    // Long enough for any healthy operation under sanitizers; short enough that a hang costs
+    // seconds, not minutes.
+    std::vector<Status> results = ConnectAndRun(
+        [&](Communicator& comm) -> Status {
+          ZS_RETURN_IF_ERROR(body(comm));
+          return comm.Barrier().WithContext("closing barrier");
+        },
+        std::chrono::milliseconds(10'000));
+    if (!skipped_.empty()) GTEST_SKIP() << skipped_;
+    for (size_t r = 0; r < results.size(); ++r) {
       EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].ToString();
     }
   }
 
+  std::string skipped_;
   Backend* backend_ = nullptr;
 };
 
@@ -105,6 +121,9 @@ TEST_P(CommConformanceTest, LargeUnevenCounts) {
       ZS_RETURN_IF_ERROR(CheckAllGather(comm, 4099, dtype, seed++, /*in_place=*/true));
       ZS_RETURN_IF_ERROR(CheckReduceScatterAllGatherEqualsAllReduce(comm, 4099, dtype, op, seed++));
     }
+    // Blocks past one fabric segment (1 MiB), even and uneven.
+    ZS_RETURN_IF_ERROR(CheckAllToAll(comm, 270001, DType::kF32, seed++));
+    ZS_RETURN_IF_ERROR(CheckAllToAllv(comm, 200003, DType::kBF16, seed++));
     return CheckSendRecvRing(comm, 30011, DType::kBF16, seed, /*messages=*/5);
   });
 }
@@ -143,6 +162,84 @@ TEST_P(CommConformanceTest, SplitIntoSubgroups) {
 
 TEST_P(CommConformanceTest, ArgumentErrors) {
   RunRanks([](Communicator& comm) { return CheckArgumentErrors(comm); });
+}
+
+// Every dtype and layout of all-to-all, even and uneven (zero counts for a third of the pairs,
+// and for all), then in flight behind other collectives.
+TEST_P(CommConformanceTest, AllToAll) {
+  RunRanks([](Communicator& comm) -> Status {
+    uint32_t seed = 11000;
+    for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+      for (size_t count : {size_t{0}, size_t{1}, size_t{33}, size_t{4097}}) {
+        ZS_RETURN_IF_ERROR(CheckAllToAll(comm, count, dtype, seed++));
+        ZS_RETURN_IF_ERROR(CheckAllToAllv(comm, count, dtype, seed++));
+      }
+    }
+    // An all-to-all queued between other operations, none waited before all are started.
+    const int n = comm.size(), r = comm.rank();
+    std::vector<float> a(64 * size_t(n)), b(64 * size_t(n)), c(64), d(64);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = float(r * 1000 + int(i));
+    for (float& x : c) x = 1.0f;
+    CommHandle first = comm.StartAllReduce(c.data(), d.data(), 64, DType::kF32, ReduceOp::kSum);
+    CommHandle exchange = comm.StartAllToAll(a.data(), b.data(), 64, DType::kF32);
+    CommHandle last = comm.StartBarrier();
+    ZS_RETURN_IF_ERROR(first.Wait());
+    ZS_RETURN_IF_ERROR(exchange.Wait());
+    ZS_RETURN_IF_ERROR(last.Wait());
+    for (int p = 0; p < n; ++p) {
+      for (int i = 0; i < 64; ++i) {
+        const float want = float(p * 1000 + r * 64 + i);
+        if (b[size_t(p) * 64 + i] != want || d[i] != float(n)) {
+          return InternalError(
+              fmt::format("rank {}: queued all_to_all block {} element {} is {}, "
+                          "expected {} (all_reduce gave {})",
+                          r, p, i, b[size_t(p) * 64 + i], want, d[i]));
+        }
+      }
+    }
+    return OkStatus();
+  });
+}
+
+// A count that disagrees between ranks 0 and n-1 is InvalidArgument on both, naming both ranks
+// and both counts, well within the timeout (no hang, no truncation); every other rank finishes,
+// fails with the same error, or fails as the peer of a failed rank, never by the deadline.
+TEST_P(CommConformanceTest, AllToAllCountMismatch) {
+  const int world = GetParam().world;
+  if (world < 2) GTEST_SKIP() << "needs two ranks";
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    // Timed per rank from the call, not counting the connect (slow for tcp under TSan).
+    std::vector<std::chrono::steady_clock::duration> took(world);
+    std::vector<Status> results = ConnectAndRun(
+        [&](Communicator& comm) {
+          const auto start = std::chrono::steady_clock::now();
+          Status s = RunMismatchedAllToAll(comm, dtype);
+          took[comm.rank()] = std::chrono::steady_clock::now() - start;
+          return s;
+        },
+        std::chrono::milliseconds(20'000));  // connecting over tcp under TSan takes seconds
+    if (!skipped_.empty()) GTEST_SKIP() << skipped_;
+    for (int r = 0; r < world; ++r) {
+      EXPECT_LT(took[r], std::chrono::seconds(10))
+          << "rank " << r << ": a mismatch must be reported at once, not at the timeout";
+    }
+    const std::string expected =
+        fmt::format("rank 0 sends 5 elements to rank {}, which expects 4", world - 1);
+    for (int r = 0; r < world; ++r) {
+      const Status& s = results[r];
+      if (r == 0 || r == world - 1) {
+        EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << "rank " << r << ": " << s.ToString();
+        EXPECT_NE(s.message().find(expected), std::string::npos)
+            << "rank " << r << ": " << s.ToString();
+      } else {  // local fails every rank with the same error; fabric only the pair
+        const bool same = s.code() == StatusCode::kInvalidArgument &&
+                          s.message().find(expected) != std::string::npos;
+        EXPECT_TRUE(s.ok() || same || s.code() == StatusCode::kAborted)
+            << "rank " << r << ": " << s.ToString();
+      }
+    }
+  }
 }
 
 std::vector<ConformanceParam> AllParams() {
