@@ -8,7 +8,8 @@
 // - Owns the activations its forward creates (qkv, the attention probabilities, ctx) until the
 //   next Forward; Backward must follow a Forward and takes the same x (the caller keeps it). It
 //   writes dx [B*T, H] (overwrites) and accumulates (+=) the parameter gradients.
-// - Every matmul, including the per-head score and context products, goes through Sgemm.
+// - Every matmul, including the per-head score and context products, goes through Sgemm; the
+//   part between the two projections is CausalAttentionForward/Backward (causal_attention.h).
 // - One thread at a time per object.
 #pragma once
 

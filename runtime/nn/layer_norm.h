@@ -6,6 +6,9 @@
 //   per-row statistics mean, rstd [rows] are the caller's; Forward writes y, mean and rstd and
 //   Backward reads them back with the same x, writes dx (overwrites) and accumulates (+=) the
 //   gain and bias gradients.
+// - LayerNormForward / LayerNormBackward are the same math on raw pointers (no UnitAccess), for
+//   layers that hold the gradients elsewhere first (runtime/parallel/tensor sums a sequence-
+//   parallel LayerNorm's gradients over the tp group before adding them).
 #pragma once
 
 #include <cstdint>
@@ -16,6 +19,14 @@
 #include "runtime/nn/param_init.h"
 
 namespace zs::nn {
+
+// y = (x - mean) * rstd * gain + bias per row of x [rows, dim]; writes y, mean, rstd.
+void LayerNormForward(const float* x, const float* gain, const float* bias, int64_t rows,
+                      int64_t dim, float* y, float* mean, float* rstd);
+// Writes dx (overwrites) and accumulates (+=) dgain and dbias [dim].
+void LayerNormBackward(const float* x, const float* mean, const float* rstd, const float* gain,
+                       const float* dy, int64_t rows, int64_t dim, float* dx, float* dgain,
+                       float* dbias);
 
 class LayerNorm {
  public:

@@ -1,0 +1,396 @@
+#include "runtime/parallel/tensor/tp_gpt.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <string>
+
+#include "runtime/nn/embedding.h"
+#include "runtime/parallel/tensor/column_parallel_linear.h"
+#include "runtime/parallel/tensor/mappings.h"
+
+namespace zs::tp {
+
+int64_t TpEmbeddingActivations::bytes() const {
+  return static_cast<int64_t>((tokens.capacity() + positions.capacity()) * sizeof(int32_t));
+}
+
+int64_t TpHeadActivations::bytes() const {
+  size_t floats = 0;
+  for (const std::vector<float>* v : {&xf, &ln_f_mean, &ln_f_rstd, &logits, &dxf}) {
+    floats += v->capacity();
+  }
+  return static_cast<int64_t>(targets.capacity() * sizeof(int32_t) + floats * sizeof(float));
+}
+
+StatusOr<std::unique_ptr<TpGpt>> TpGpt::Create(const TpGptConfig& config, Communicator& tp,
+                                               MemoryTracker* tracker) {
+  ZS_ASSIGN_OR_RETURN(std::unique_ptr<nn::Gpt> full, nn::Gpt::Create(config.gpt));
+  const TpOptions options = TpOptions::Of(tp, config.sequence_parallel);
+  ZS_RETURN_IF_ERROR(options.Validate());
+  const nn::GptConfig& g = config.gpt;
+  ZS_ASSIGN_OR_RETURN(VocabParallelEmbedding wte,
+                      VocabParallelEmbedding::Create(kEmbedUnit, 0, g.vocab, g.hidden, options));
+  std::vector<TpTransformerBlock> blocks;
+  for (int l = 0; l < g.layers; ++l) {
+    ZS_ASSIGN_OR_RETURN(TpTransformerBlock block,
+                        TpTransformerBlock::Create(1 + l, 0, g.hidden, g.heads, options));
+    blocks.push_back(std::move(block));
+  }
+  return std::unique_ptr<TpGpt>(
+      new TpGpt(config, tp, tracker, std::move(full), std::move(wte), std::move(blocks)));
+}
+
+TpGpt::TpGpt(const TpGptConfig& config, Communicator& tp, MemoryTracker* tracker,
+             std::unique_ptr<nn::Gpt> full, VocabParallelEmbedding wte,
+             std::vector<TpTransformerBlock> blocks)
+    : config_(config),
+      tp_(tp),
+      tp_options_(TpOptions::Of(tp, config.sequence_parallel)),
+      tracker_(tracker),
+      full_(std::move(full)),
+      wte_(std::move(wte)),
+      blocks_(std::move(blocks)),
+      ln_f_(config.gpt.layers + 1, 0, config.gpt.hidden, tp_options_) {
+  const nn::GptConfig& g = config.gpt;
+  std::vector<std::pair<std::string, std::vector<TpModuleParam>>> units;
+  std::vector<TpModuleParam> embed = wte_.params("wte.");
+  const nn::ModuleParam wpe = nn::Embedding(kEmbedUnit, 1, g.max_seq, g.hidden).params("wpe.")[0];
+  embed.push_back(
+      MakeTpParam(wpe, TpParamLayout::Replicated({g.max_seq, g.hidden}), tp_options_.size));
+  units.emplace_back("embed", std::move(embed));
+  for (int l = 0; l < g.layers; ++l) {
+    units.emplace_back(fmt::format("block.{}", l), blocks_[l].params(""));
+  }
+  units.emplace_back("head", ln_f_.params("ln_f."));
+  for (auto& [name, params] : units) {
+    UnitSpec unit{name, {}};
+    std::vector<TpParamLayout> layouts;
+    for (TpModuleParam& p : params) {
+      unit.params.push_back(std::move(p.spec));
+      layouts.push_back(std::move(p.layout));
+    }
+    spec_.units.push_back(std::move(unit));
+    layouts_.push_back(std::move(layouts));
+  }
+  // The tp spec mirrors nn::Gpt's: same units, same parameter names in the same order.
+  const ModelSpec& f = full_->spec();
+  ZS_CHECK(f.units.size() == spec_.units.size(), "tp spec has {} units, nn {}", spec_.units.size(),
+           f.units.size());
+  for (size_t u = 0; u < f.units.size(); ++u) {
+    ZS_CHECK(f.units[u].name == spec_.units[u].name &&
+                 f.units[u].params.size() == spec_.units[u].params.size(),
+             "tp unit {} differs from nn's", spec_.units[u].name);
+    for (size_t p = 0; p < f.units[u].params.size(); ++p) {
+      ZS_CHECK(f.units[u].params[p].name == spec_.units[u].params[p].name &&
+                   f.units[u].params[p].shape == layouts_[u][p].full_shape,
+               "tp parameter {} differs from nn's {}", spec_.units[u].params[p].name,
+               f.units[u].params[p].name);
+    }
+  }
+  block_act_.resize(g.layers);
+  x_.resize(g.layers + 1);
+}
+
+TpGpt::~TpGpt() {
+  if (tracker_ != nullptr && tracked_bytes_ > 0) {
+    tracker_->Sub(MemoryTier::kHost, MemoryCategory::kActivations, tracked_bytes_);
+  }
+}
+
+const TpParamLayout& TpGpt::layout(int unit, int param) const {
+  ZS_CHECK(unit >= 0 && unit < static_cast<int>(layouts_.size()) && param >= 0 &&
+               param < static_cast<int>(layouts_[unit].size()),
+           "TpGpt: no parameter ({}, {})", unit, param);
+  return layouts_[unit][param];
+}
+
+VocabShard TpGpt::vocab_shard() const {
+  return VocabShard::Of(config_.gpt.vocab, tp_options_.size, tp_options_.rank);
+}
+
+ParamInit TpGpt::Init(uint64_t seed) const { return ShardInit(full_->Init(seed)); }
+
+ParamInit TpGpt::ShardInit(ParamInit full_init) const {
+  return [layouts = layouts_, options = tp_options_, full_init = std::move(full_init)](
+             int unit, int param, std::span<float> values) {
+    ZS_CHECK(unit >= 0 && unit < static_cast<int>(layouts.size()) && param >= 0 &&
+                 param < static_cast<int>(layouts[unit].size()),
+             "TpGpt init: no parameter ({}, {})", unit, param);
+    const TpParamLayout& layout = layouts[unit][param];
+    std::vector<float> full(static_cast<size_t>(layout.full_numel()));
+    full_init(unit, param, full);
+    SliceFull(layout, options.rank, options.size, full, values);
+  };
+}
+
+// ---- input checks ---------------------------------------------------------------------------
+
+Status TpGpt::CheckTokens(std::string_view what, std::span<const int32_t> ids, int64_t batch,
+                          int64_t seq) const {
+  if (batch <= 0) return InvalidArgumentError(fmt::format("tp gpt: batch {} <= 0", batch));
+  if (seq <= 0 || seq > config_.gpt.max_seq) {
+    return InvalidArgumentError(
+        fmt::format("tp gpt: seq {} is not in [1, max_seq {}]", seq, config_.gpt.max_seq));
+  }
+  if (static_cast<int64_t>(ids.size()) != batch * seq) {
+    return InvalidArgumentError(fmt::format("tp gpt: {} {}s for batch {} x seq {} = {}", ids.size(),
+                                            what, batch, seq, batch * seq));
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= config_.gpt.vocab) {
+      return InvalidArgumentError(fmt::format("tp gpt: {} {} at {} is not in [0, vocab {})", what,
+                                              ids[i], i, config_.gpt.vocab));
+    }
+  }
+  return tp_options_.CheckRows(batch * seq);
+}
+
+Status TpGpt::CheckRows(std::string_view what, size_t floats, int64_t rows) const {
+  const int64_t expected = tp_options_.local_rows(rows) * config_.gpt.hidden;
+  if (static_cast<int64_t>(floats) != expected) {
+    return InvalidArgumentError(fmt::format(
+        "tp gpt: {} has {} floats, not local rows {} x hidden {} = {} (rows {}, tp {}{})", what,
+        floats, tp_options_.local_rows(rows), config_.gpt.hidden, expected, rows, tp_options_.size,
+        tp_options_.sequence_parallel ? ", sequence parallel" : ""));
+  }
+  return OkStatus();
+}
+
+Status TpGpt::CheckInputs(const UnitAccess& access, std::span<const int32_t> tokens,
+                          std::span<const int32_t> targets, int64_t batch, int64_t seq) const {
+  ZS_RETURN_IF_ERROR(CheckTokens("token", tokens, batch, seq));
+  ZS_RETURN_IF_ERROR(CheckTokens("target", targets, batch, seq));
+  const ModelSpec& model = access.model();
+  bool same = model.units.size() == spec_.units.size();
+  for (size_t u = 0; same && u < spec_.units.size(); ++u) {
+    same = model.units[u].params.size() == spec_.units[u].params.size();
+    for (size_t p = 0; same && p < spec_.units[u].params.size(); ++p) {
+      same = model.units[u].params[p].shape == spec_.units[u].params[p].shape;
+    }
+  }
+  if (!same) {
+    return InvalidArgumentError(fmt::format(
+        "tp gpt: the UnitAccess's model ({} units, {} values) is not this rank's TpGpt ({} "
+        "units, {} values at tp {})",
+        model.units.size(), model.numel(), spec_.units.size(), spec_.numel(), tp_options_.size));
+  }
+  return OkStatus();
+}
+
+// ---- the parts ------------------------------------------------------------------------------
+
+Status TpGpt::EmbeddingForward(UnitAccess& access, std::span<const int32_t> tokens, int64_t batch,
+                               int64_t seq, TpEmbeddingActivations& act, std::span<float> x) const {
+  ZS_RETURN_IF_ERROR(CheckTokens("token", tokens, batch, seq));
+  const int64_t rows = batch * seq, h = config_.gpt.hidden;
+  ZS_RETURN_IF_ERROR(CheckRows("embedding output", x.size(), rows));
+  const int64_t local = tp_options_.local_rows(rows), first = tp_options_.first_row(rows);
+  act.batch = batch;
+  act.seq = seq;
+  act.tokens.assign(tokens.begin(), tokens.end());
+  act.positions.resize(local);
+  for (int64_t i = 0; i < local; ++i) act.positions[i] = static_cast<int32_t>((first + i) % seq);
+  ZS_RETURN_IF_ERROR(wte_.Forward(access, tp_, act.tokens, scratch_, x.data()));
+  const float* wpe = access.Param(kEmbedUnit, 1).data();
+  for (int64_t i = 0; i < local; ++i) {
+    const float* row = wpe + act.positions[i] * h;
+    float* xi = x.data() + i * h;
+    for (int64_t j = 0; j < h; ++j) xi[j] += row[j];
+  }
+  return OkStatus();
+}
+
+Status TpGpt::EmbeddingBackward(UnitAccess& access, std::span<const float> dx,
+                                TpEmbeddingActivations& act) const {
+  ZS_CHECK(act.batch > 0, "TpGpt::EmbeddingBackward before EmbeddingForward");
+  const int64_t h = config_.gpt.hidden;
+  ZS_RETURN_IF_ERROR(CheckRows("embedding gradient", dx.size(), act.batch * act.seq));
+  ZS_RETURN_IF_ERROR(wte_.Backward(access, tp_, act.tokens, dx.data(), scratch_));
+  const int64_t wpe_size = config_.gpt.max_seq * h;
+  float* dwpe = scratch_.Partial(wpe_size);
+  std::fill(dwpe, dwpe + wpe_size, 0.0f);
+  for (size_t i = 0; i < act.positions.size(); ++i) {
+    float* row = dwpe + act.positions[i] * h;
+    const float* dxi = dx.data() + i * h;
+    for (int64_t j = 0; j < h; ++j) row[j] += dxi[j];
+  }
+  return AccumulateReplicatedGrads(tp_, tp_options_.sequence_parallel,
+                                   std::span(dwpe, static_cast<size_t>(wpe_size)),
+                                   {access.Grad(kEmbedUnit, 1)});
+}
+
+Status TpGpt::BlockForward(int layer, UnitAccess& access, std::span<const float> x, int64_t batch,
+                           int64_t seq, TpBlockActivations& act, std::span<float> y) const {
+  ZS_CHECK(layer >= 0 && layer < config_.gpt.layers, "no layer {}", layer);
+  ZS_RETURN_IF_ERROR(tp_options_.CheckRows(batch * seq));
+  ZS_RETURN_IF_ERROR(CheckRows("block input", x.size(), batch * seq));
+  ZS_RETURN_IF_ERROR(CheckRows("block output", y.size(), batch * seq));
+  return blocks_[layer].Forward(access, tp_, x.data(), batch, seq, act, scratch_, y.data());
+}
+
+Status TpGpt::BlockBackward(int layer, UnitAccess& access, std::span<const float> x,
+                            std::span<const float> dy, TpBlockActivations& act,
+                            std::span<float> dx) const {
+  ZS_CHECK(layer >= 0 && layer < config_.gpt.layers, "no layer {}", layer);
+  ZS_CHECK(act.batch > 0, "TpGpt::BlockBackward before BlockForward");
+  const int64_t rows = act.batch * act.seq;
+  ZS_RETURN_IF_ERROR(CheckRows("block input", x.size(), rows));
+  ZS_RETURN_IF_ERROR(CheckRows("block output gradient", dy.size(), rows));
+  ZS_RETURN_IF_ERROR(CheckRows("block input gradient", dx.size(), rows));
+  return blocks_[layer].Backward(access, tp_, x.data(), dy.data(), act, scratch_, dx.data());
+}
+
+StatusOr<float> TpGpt::HeadForward(UnitAccess& access, std::span<const float> x,
+                                   std::span<const int32_t> targets, std::span<const float> wte,
+                                   TpHeadActivations& act) const {
+  const int64_t rows = static_cast<int64_t>(targets.size()), h = config_.gpt.hidden;
+  const VocabShard shard = vocab_shard();
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (targets[i] < 0 || targets[i] >= config_.gpt.vocab) {
+      return InvalidArgumentError(fmt::format("tp gpt: target {} at {} is not in [0, vocab {})",
+                                              targets[i], i, config_.gpt.vocab));
+    }
+  }
+  if (rows == 0) return InvalidArgumentError("tp gpt: the head got no targets");
+  ZS_RETURN_IF_ERROR(tp_options_.CheckRows(rows));
+  ZS_RETURN_IF_ERROR(CheckRows("head input", x.size(), rows));
+  if (static_cast<int64_t>(wte.size()) != shard.size * h) {
+    return InvalidArgumentError(fmt::format("tp gpt: the head's wte has {} floats, not {} x {}",
+                                            wte.size(), shard.size, h));
+  }
+  const int64_t local = tp_options_.local_rows(rows);
+  act.rows = rows;
+  act.targets.assign(targets.begin(), targets.end());
+  act.xf.resize(local * h);
+  act.ln_f_mean.resize(local);
+  act.ln_f_rstd.resize(local);
+  act.logits.resize(rows * shard.size);
+  ln_f_.Forward(access, x.data(), local, act.xf.data(), act.ln_f_mean.data(), act.ln_f_rstd.data());
+  // Tied output projection: a column-parallel product with this rank's vocabulary rows.
+  ZS_RETURN_IF_ERROR(ColumnParallelLinear::ForwardWithWeights(tp_, tp_options_.sequence_parallel,
+                                                              wte, {}, h, act.xf.data(), rows,
+                                                              scratch_, act.logits.data()));
+  // Logits become probabilities in place.
+  ZS_ASSIGN_OR_RETURN(const double loss,
+                      VocabParallelCrossEntropyForward(tp_, act.logits.data(), act.targets, shard,
+                                                       act.logits.data()));
+  return static_cast<float>(loss);
+}
+
+Status TpGpt::HeadBackward(UnitAccess& access, std::span<const float> x, std::span<const float> wte,
+                           std::span<float> dwte, TpHeadActivations& act,
+                           std::span<float> dx) const {
+  ZS_CHECK(act.rows > 0, "TpGpt::HeadBackward before HeadForward");
+  const int64_t rows = act.rows, h = config_.gpt.hidden;
+  const VocabShard shard = vocab_shard();
+  ZS_RETURN_IF_ERROR(CheckRows("head input", x.size(), rows));
+  ZS_RETURN_IF_ERROR(CheckRows("head input gradient", dx.size(), rows));
+  if (static_cast<int64_t>(wte.size()) != shard.size * h || dwte.size() != wte.size()) {
+    return InvalidArgumentError(
+        fmt::format("tp gpt: the head's wte has {} floats and its gradient {}, not {} x {}",
+                    wte.size(), dwte.size(), shard.size, h));
+  }
+  const int64_t local = tp_options_.local_rows(rows);
+  float* dlogits = act.logits.data();
+  VocabParallelCrossEntropyBackward(act.logits.data(), act.targets, shard, access.backward_scale(),
+                                    dlogits);
+  act.dxf.resize(local * h);
+  ZS_RETURN_IF_ERROR(ColumnParallelLinear::BackwardWithWeights(
+      tp_, tp_options_.sequence_parallel, wte, dwte, {}, h, act.xf.data(), dlogits, rows, scratch_,
+      act.dxf.data()));
+  return ln_f_.Backward(access, tp_, x.data(), act.ln_f_mean.data(), act.ln_f_rstd.data(),
+                        act.dxf.data(), local, dx.data(), scratch_);
+}
+
+// ---- the whole model ------------------------------------------------------------------------
+
+StatusOr<float> TpGpt::RunForward(UnitAccess& access, std::span<const int32_t> tokens,
+                                  std::span<const int32_t> targets, int64_t batch, int64_t seq) {
+  ZS_RETURN_IF_ERROR(CheckInputs(access, tokens, targets, batch, seq));
+  const int64_t rows = batch * seq, n = tp_options_.local_rows(rows) * config_.gpt.hidden;
+  const int layers = config_.gpt.layers;
+  rows_ = rows;
+  for (std::vector<float>& x : x_) x.resize(n);
+
+  ZS_RETURN_IF_ERROR(access.BeginForward(kEmbedUnit));
+  ZS_RETURN_IF_ERROR(EmbeddingForward(access, tokens, batch, seq, embed_act_, x_[0]));
+  ZS_RETURN_IF_ERROR(access.EndForward(kEmbedUnit));
+
+  for (int l = 0; l < layers; ++l) {
+    ZS_RETURN_IF_ERROR(access.BeginForward(block_unit(l)));
+    ZS_RETURN_IF_ERROR(BlockForward(l, access, x_[l], batch, seq, block_act_[l], x_[l + 1]));
+    ZS_RETURN_IF_ERROR(access.EndForward(block_unit(l)));
+  }
+
+  ZS_RETURN_IF_ERROR(access.BeginForward(head_unit()));
+  ZS_RETURN_IF_ERROR(access.BeginForward(kEmbedUnit));  // tied output projection
+  ZS_ASSIGN_OR_RETURN(const float loss, HeadForward(access, x_[layers], targets,
+                                                    access.Param(kEmbedUnit, 0), head_act_));
+  ZS_RETURN_IF_ERROR(access.EndForward(kEmbedUnit));
+  ZS_RETURN_IF_ERROR(access.EndForward(head_unit()));
+  return loss;
+}
+
+Status TpGpt::RunBackward(UnitAccess& access) {
+  const int64_t n = tp_options_.local_rows(rows_) * config_.gpt.hidden;
+  dx_a_.resize(n);
+  dx_b_.resize(n);
+
+  ZS_RETURN_IF_ERROR(access.BeginBackward(head_unit()));
+  ZS_RETURN_IF_ERROR(access.BeginBackward(kEmbedUnit));
+  ZS_RETURN_IF_ERROR(HeadBackward(access, x_[config_.gpt.layers], access.Param(kEmbedUnit, 0),
+                                  access.Grad(kEmbedUnit, 0), head_act_, dx_b_));
+  ZS_RETURN_IF_ERROR(access.EndBackward(kEmbedUnit));
+  ZS_RETURN_IF_ERROR(access.EndBackward(head_unit()));
+
+  // dx_b_ holds d/d(output of block l); each block writes d/d(its input) into dx_a_.
+  for (int l = config_.gpt.layers - 1; l >= 0; --l) {
+    ZS_RETURN_IF_ERROR(access.BeginBackward(block_unit(l)));
+    ZS_RETURN_IF_ERROR(BlockBackward(l, access, x_[l], dx_b_, block_act_[l], dx_a_));
+    ZS_RETURN_IF_ERROR(access.EndBackward(block_unit(l)));
+    dx_a_.swap(dx_b_);
+  }
+
+  ZS_RETURN_IF_ERROR(access.BeginBackward(kEmbedUnit));
+  ZS_RETURN_IF_ERROR(EmbeddingBackward(access, dx_b_, embed_act_));
+  return access.EndBackward(kEmbedUnit);
+}
+
+StatusOr<float> TpGpt::ForwardBackward(UnitAccess& access, std::span<const int32_t> tokens,
+                                       std::span<const int32_t> targets, int64_t batch,
+                                       int64_t seq) {
+  ZS_ASSIGN_OR_RETURN(const float loss, RunForward(access, tokens, targets, batch, seq));
+  ZS_RETURN_IF_ERROR(RunBackward(access));
+  UpdateTracker();
+  return loss;
+}
+
+StatusOr<float> TpGpt::Forward(UnitAccess& access, std::span<const int32_t> tokens,
+                               std::span<const int32_t> targets, int64_t batch, int64_t seq) {
+  ZS_ASSIGN_OR_RETURN(const float loss, RunForward(access, tokens, targets, batch, seq));
+  UpdateTracker();
+  return loss;
+}
+
+int64_t TpGpt::activation_bytes() const {
+  size_t floats = dx_a_.capacity() + dx_b_.capacity();
+  for (const std::vector<float>& x : x_) floats += x.capacity();
+  int64_t total = static_cast<int64_t>(floats * sizeof(float)) + embed_act_.bytes() +
+                  head_act_.bytes() + scratch_.bytes();
+  for (const TpBlockActivations& a : block_act_) total += a.bytes();
+  return total;
+}
+
+void TpGpt::UpdateTracker() {
+  if (tracker_ == nullptr) return;
+  const int64_t now = activation_bytes();
+  if (now > tracked_bytes_) {
+    tracker_->Add(MemoryTier::kHost, MemoryCategory::kActivations, now - tracked_bytes_);
+  } else if (now < tracked_bytes_) {
+    tracker_->Sub(MemoryTier::kHost, MemoryCategory::kActivations, tracked_bytes_ - now);
+  }
+  tracked_bytes_ = now;
+}
+
+}  // namespace zs::tp

@@ -1,0 +1,188 @@
+// TpGpt: nn::Gpt with Megatron tensor parallelism over a tp communicator: vocabulary-parallel
+// embedding and output projection (tied), vocabulary-parallel cross-entropy, attention heads and
+// the MLP split over the group, optional sequence parallelism (tp_options.h).
+//
+// Contract
+// - Gather units are exactly nn::Gpt's: the same units, names, parameter order and parameter
+//   names, with this rank's local shapes and ParamSpec::tensor_parallel set per parameter:
+//     unit 0        "embed"   wte.weight [Vp/tp, H] (tp), wpe.weight [T, H] (replicated)
+//     units 1..L    "block.i" ln1.* (repl.), attn.qkv.* [3H/tp, H], [3H/tp] (tp),
+//                             attn.proj.weight [H, H/tp] (tp), attn.proj.bias (repl.), ln2.*
+//                             (repl.), mlp.fc.* [4H/tp, H], [4H/tp] (tp), mlp.proj.weight
+//                             [H, 4H/tp] (tp), mlp.proj.bias (repl.)
+//     unit L+1      "head"    ln_f.weight, ln_f.bias (replicated)
+//   Vp is V padded up to a multiple of tp; layout(u, p) says how each local parameter maps to
+//   nn::Gpt's full one (tp_param_layout.h; qkv: this rank's heads of q, then of k, then of v).
+// - Init(seed) gives this rank exactly its slice of nn::Gpt::Init(seed) (ShardInit: each full
+//   parameter is computed with nn::Gpt's init and sliced; padded vocabulary rows are zero), so
+//   TpGpt at any tp starts from the same model as nn::Gpt, and its loss and gradients (gathered
+//   over tp) match nn::Gpt's up to float summation order.
+// - The three parts, for pipelines (the whole-model calls below compose them). Each part reads
+//   parameters inside the caller's open bracket (forward bracket for Forward, backward bracket
+//   for Backward) of its unit, keeps its activations only in the caller-owned activations
+//   object (so several micro-batches may be in flight, and a recompute re-runs Forward into
+//   scratch activations before Backward), and blocks in tp collectives: every tp rank makes the
+//   same calls in the same order. The collectives' buffers are one TpScratch that this object
+//   owns (tp_scratch.h: dead between calls), so the parts are const but one thread at a time.
+//     embedding (unit 0):       tokens [batch*seq] -> x [local_rows, H]
+//     block i (unit 1+i):       x -> y, both [local_rows, H]
+//     head (unit L+1):          x [local_rows, H], targets [batch*seq] -> mean loss (the same
+//                               on every tp rank). The tied output projection takes this
+//                               rank's wte shard [Vp/tp, H] as `wte` and HeadBackward
+//                               accumulates (+=) its gradient into `dwte`, so a pipeline's last
+//                               stage may use a wte received from stage 0. HeadBackward seeds
+//                               with access.backward_scale().
+//   local_rows = batch * seq, or batch * seq / tp with sequence parallelism (this rank's
+//   contiguous row block). Backward calls take the same x their Forward got; dx is
+//   overwritten. Replicated parameters get the full gradient on every tp rank.
+// - ForwardBackward / Forward run the whole model in one process with nn::Gpt's bracket order:
+//     F(0)  F(1) .. F(L)  F(L+1){F(0)}    then    B(L+1){B(0)}  B(L) .. B(1)  B(0)
+//   (the head reads unit 0 inside its own bracket), holding their activations in this object
+//   until the next call; with a MemoryTracker they are recorded as (kHost, kActivations)
+//   bytes, updated after each pass and removed by the destructor.
+// - Errors: InvalidArgument for a bad config, heads (or the MLP width) not divisible by tp, and,
+//   as nn::Gpt, bad tokens/targets, sizes, seq, or a UnitAccess of another model; with sequence
+//   parallelism batch * seq not divisible by tp. The whole-model calls check inputs before any
+//   bracket opens. Communicator and hook errors are returned as they are (brackets may then be
+//   left open).
+// - The tp communicator must outlive the model. One thread at a time per object (one TpGpt per
+//   rank).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "runtime/base/status.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/device/memory_tracker.h"
+#include "runtime/model/model_spec.h"
+#include "runtime/model/unit_access.h"
+#include "runtime/nn/gpt.h"
+#include "runtime/parallel/tensor/tp_layer_norm.h"
+#include "runtime/parallel/tensor/tp_options.h"
+#include "runtime/parallel/tensor/tp_param_layout.h"
+#include "runtime/parallel/tensor/tp_scratch.h"
+#include "runtime/parallel/tensor/tp_transformer_block.h"
+#include "runtime/parallel/tensor/vocab_parallel_cross_entropy.h"
+#include "runtime/parallel/tensor/vocab_parallel_embedding.h"
+
+namespace zs::tp {
+
+struct TpGptConfig {
+  nn::GptConfig gpt;
+  bool sequence_parallel = false;
+};
+
+// The embedding part's activations (token and position embeddings).
+struct TpEmbeddingActivations {
+  int64_t batch = 0;
+  int64_t seq = 0;
+  std::vector<int32_t> tokens;     // [batch * seq]
+  std::vector<int32_t> positions;  // [local_rows]
+  int64_t bytes() const;
+};
+
+// The head part's activations (final LayerNorm, tied output projection, cross-entropy).
+struct TpHeadActivations {
+  int64_t rows = 0;
+  std::vector<int32_t> targets;                 // [rows]
+  std::vector<float> xf, ln_f_mean, ln_f_rstd;  // ln_f(x) [local_rows, H], [local_rows] x2
+  std::vector<float> logits;  // [rows, Vp/tp]: logits, then probabilities, then their gradient
+  std::vector<float> dxf;     // backward scratch [local_rows, H]
+  int64_t bytes() const;
+};
+
+class TpGpt {
+ public:
+  static StatusOr<std::unique_ptr<TpGpt>> Create(const TpGptConfig& config, Communicator& tp,
+                                                 MemoryTracker* tracker = nullptr);
+  ~TpGpt();
+  TpGpt(const TpGpt&) = delete;
+  TpGpt& operator=(const TpGpt&) = delete;
+
+  const TpGptConfig& config() const { return config_; }
+  const TpOptions& tp_options() const { return tp_options_; }
+  const ModelSpec& spec() const { return spec_; }               // this rank's local shapes
+  const ModelSpec& full_spec() const { return full_->spec(); }  // nn::Gpt's
+  const TpParamLayout& layout(int unit, int param) const;
+  int64_t padded_vocab() const { return wte_.padded_vocab(); }
+  VocabShard vocab_shard() const;
+  int64_t local_rows(int64_t rows) const { return tp_options_.local_rows(rows); }
+
+  ParamInit Init(uint64_t seed) const;
+  // This rank's slices of the full parameters that full_init fills (for nn::Gpt's spec).
+  ParamInit ShardInit(ParamInit full_init) const;
+
+  static constexpr int kEmbedUnit = 0;
+  int block_unit(int layer) const { return 1 + layer; }
+  int head_unit() const { return config_.gpt.layers + 1; }
+
+  // ---- the parts ----
+  Status EmbeddingForward(UnitAccess& access, std::span<const int32_t> tokens, int64_t batch,
+                          int64_t seq, TpEmbeddingActivations& act, std::span<float> x) const;
+  Status EmbeddingBackward(UnitAccess& access, std::span<const float> dx,
+                           TpEmbeddingActivations& act) const;
+  Status BlockForward(int layer, UnitAccess& access, std::span<const float> x, int64_t batch,
+                      int64_t seq, TpBlockActivations& act, std::span<float> y) const;
+  Status BlockBackward(int layer, UnitAccess& access, std::span<const float> x,
+                       std::span<const float> dy, TpBlockActivations& act,
+                       std::span<float> dx) const;
+  StatusOr<float> HeadForward(UnitAccess& access, std::span<const float> x,
+                              std::span<const int32_t> targets, std::span<const float> wte,
+                              TpHeadActivations& act) const;
+  Status HeadBackward(UnitAccess& access, std::span<const float> x, std::span<const float> wte,
+                      std::span<float> dwte, TpHeadActivations& act, std::span<float> dx) const;
+
+  // ---- the whole model, as nn::Gpt ----
+  StatusOr<float> ForwardBackward(UnitAccess& access, std::span<const int32_t> tokens,
+                                  std::span<const int32_t> targets, int64_t batch, int64_t seq);
+  StatusOr<float> Forward(UnitAccess& access, std::span<const int32_t> tokens,
+                          std::span<const int32_t> targets, int64_t batch, int64_t seq);
+  // After Forward: this rank's columns of softmax(logits) [batch * seq, Vp/tp] (padded columns
+  // zero); after ForwardBackward their gradient.
+  std::span<const float> local_probabilities() const { return head_act_.logits; }
+  // Bytes of activations and scratch this object holds now (the whole-model calls').
+  int64_t activation_bytes() const;
+  // Bytes of the TpScratch the parts share (included in activation_bytes()); a caller that
+  // keeps the parts' activations itself counts these once.
+  int64_t scratch_bytes() const { return scratch_.bytes(); }
+
+ private:
+  TpGpt(const TpGptConfig& config, Communicator& tp, MemoryTracker* tracker,
+        std::unique_ptr<nn::Gpt> full, VocabParallelEmbedding wte,
+        std::vector<TpTransformerBlock> blocks);
+  Status CheckTokens(std::string_view what, std::span<const int32_t> ids, int64_t batch,
+                     int64_t seq) const;
+  Status CheckRows(std::string_view what, size_t floats, int64_t rows) const;
+  Status CheckInputs(const UnitAccess& access, std::span<const int32_t> tokens,
+                     std::span<const int32_t> targets, int64_t batch, int64_t seq) const;
+  StatusOr<float> RunForward(UnitAccess& access, std::span<const int32_t> tokens,
+                             std::span<const int32_t> targets, int64_t batch, int64_t seq);
+  Status RunBackward(UnitAccess& access);
+  void UpdateTracker();
+
+  TpGptConfig config_;
+  Communicator& tp_;
+  TpOptions tp_options_;
+  MemoryTracker* tracker_;
+  int64_t tracked_bytes_ = 0;
+  std::unique_ptr<nn::Gpt> full_;  // the unsplit model: its spec and Init
+  ModelSpec spec_;
+  std::vector<std::vector<TpParamLayout>> layouts_;  // [unit][param]
+  VocabParallelEmbedding wte_;
+  std::vector<TpTransformerBlock> blocks_;
+  TpLayerNorm ln_f_;
+
+  // Activations of the last whole-model pass.
+  int64_t rows_ = 0;
+  TpEmbeddingActivations embed_act_;
+  std::vector<TpBlockActivations> block_act_;
+  TpHeadActivations head_act_;
+  std::vector<std::vector<float>> x_;  // x_[l]: input of block l; x_[L]: input of the head
+  std::vector<float> dx_a_, dx_b_;     // backward scratch [local_rows, H]
+  mutable TpScratch scratch_;          // every part's collectives (contents dead between calls)
+};
+
+}  // namespace zs::tp
