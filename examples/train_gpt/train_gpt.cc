@@ -7,6 +7,9 @@
 // launcher (zerorun, mpirun, srun) over `fabric`. The data order depends only on --seed and the
 // global batch (micro batch x accumulation steps x world), so runs that split one global batch
 // differently see the same samples every step; the loss printed is the global mean.
+// --tp and --pp put the ranks on a grid (runtime/parallel): tensor-parallel layers over tp,
+// pipeline chunks over pp (--schedule gpipe|1f1b|interleaved, --virtual-stages), ZeRO over the
+// rest (dp = world / (tp x pp)); --sequence-parallel and --recompute as in Megatron.
 // --report writes a JSON file with every step's loss and time, the digest of the fp32 master
 // parameters, and each rank's peak bytes by tier and category. --trace writes each rank's
 // Chrome/Perfetto trace (compute, gathers, reductions, optimizer tiles, offload I/O and copies).
@@ -19,6 +22,7 @@
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +36,7 @@
 #include "runtime/engine/zero_engine.h"
 #include "runtime/engine/zero_memory_model.h"
 #include "runtime/nn/gpt.h"
+#include "runtime/parallel/gpt/grid_gpt.h"
 #include "runtime/topology/launch_info.h"
 
 namespace zs {
@@ -54,6 +59,14 @@ struct Args {
   std::string device = "cpu";
   std::string trace;      // Chrome trace per rank: trace.json -> trace.rank<r>.json
   std::string nvme_path;  // overrides offload_optimizer/offload_param.nvme_path
+  // The grid (runtime/parallel): world = tp x pp x dp.
+  int tp = 1;
+  int pp = 1;
+  std::string schedule = "1f1b";
+  int virtual_stages = 1;
+  bool sequence_parallel = false;
+  bool recompute = false;
+  bool grid() const { return tp > 1 || pp > 1 || sequence_parallel || recompute; }
 };
 
 // What every rank contributes to the report (rank 0 writes it).
@@ -103,6 +116,35 @@ StatusOr<std::vector<std::vector<int64_t>>> GatherPeaks(Communicator& comm,
   return out;
 }
 
+// The grid the flags ask for: --tp x --pp, and dp = the rest of the world.
+StatusOr<RankGrid> GridOf(const Args& args, int world) {
+  if (world % (args.tp * args.pp) != 0) {
+    return InvalidArgumentError(
+        fmt::format("--tp {} x --pp {} = {} does not divide the world size {}", args.tp, args.pp,
+                    args.tp * args.pp, world));
+  }
+  return RankGrid::Create(args.tp, args.pp, world / (args.tp * args.pp), world);
+}
+
+// Every rank's string, in rank order (each padded to the longest; collective over `comm`).
+StatusOr<std::vector<std::string>> GatherStrings(Communicator& comm, const std::string& mine) {
+  const float len = float(mine.size());
+  std::vector<float> lens(size_t(comm.size()));
+  ZS_RETURN_IF_ERROR(comm.AllGather(&len, lens.data(), 1, DType::kF32));
+  size_t width = 0;
+  for (float l : lens) width = std::max(width, size_t(l));
+  width = (width + 3) / 4 * 4;  // whole f32 elements
+  std::vector<char> all(width * size_t(comm.size()), '\0');
+  std::copy(mine.begin(), mine.end(), all.begin() + ptrdiff_t(width * size_t(comm.rank())));
+  ZS_RETURN_IF_ERROR(comm.AllGather(all.data() + width * size_t(comm.rank()), all.data(),
+                                    width / 4, DType::kF32));
+  std::vector<std::string> out;
+  for (int r = 0; r < comm.size(); ++r) {
+    out.emplace_back(all.data() + width * size_t(r), size_t(lens[size_t(r)]));
+  }
+  return out;
+}
+
 struct Shared {  // read-only after main() sets it up
   Args args;
   EngineConfig config;
@@ -123,14 +165,42 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
   gpt_config.layers = args.layers;
   gpt_config.hidden = args.hidden;
   gpt_config.heads = args.heads;
-  ZS_ASSIGN_OR_RETURN(auto gpt, nn::Gpt::Create(gpt_config, &tracker));
   std::unique_ptr<TraceRecorder> trace;
   if (!args.trace.empty()) trace = std::make_unique<TraceRecorder>(rank);
-  ZS_ASSIGN_OR_RETURN(auto engine, ZeroEngine::Create(config, gpt->spec(), gpt->Init(args.seed),
+  // Data parallel only: nn::Gpt over one engine. On a grid: GridGpt (tensor-parallel layers,
+  // pipeline chunks, one engine per stage over its dp group).
+  std::unique_ptr<nn::Gpt> gpt;
+  std::unique_ptr<ZeroEngine> dp_engine;
+  std::optional<ProcessGroups> groups;
+  std::unique_ptr<parallel::GridGpt> grid;
+  int dp_size = world, dp_rank = rank;
+  if (args.grid()) {
+    ZS_ASSIGN_OR_RETURN(RankGrid rank_grid, GridOf(args, world));
+    ZS_ASSIGN_OR_RETURN(ProcessGroups g, ProcessGroups::Create(comm, rank_grid));
+    groups.emplace(std::move(g));
+    dp_size = rank_grid.dp_size();
+    dp_rank = groups->coord().dp;
+    parallel::GridGptOptions options;
+    options.model.gpt = gpt_config;
+    options.model.sequence_parallel = args.sequence_parallel;
+    options.engine = config;
+    options.micro_batch = config.train_micro_batch_size_per_gpu;
+    options.seq = args.seq;
+    options.seed = args.seed;
+    ZS_ASSIGN_OR_RETURN(options.schedule, ParseScheduleKind(args.schedule));
+    options.virtual_stages = args.virtual_stages;
+    options.recompute = args.recompute;
+    ZS_ASSIGN_OR_RETURN(grid,
+                        parallel::GridGpt::Create(options, *groups, *device, &tracker, trace.get()));
+  } else {
+    ZS_ASSIGN_OR_RETURN(gpt, nn::Gpt::Create(gpt_config, &tracker));
+    ZS_ASSIGN_OR_RETURN(dp_engine, ZeroEngine::Create(config, gpt->spec(), gpt->Init(args.seed),
                                                       *device, comm, trace.get()));
+  }
+  ZeroEngine* engine = grid != nullptr ? &grid->engine() : dp_engine.get();
 
   BatchSplit split;
-  split.world_size = world;
+  split.world_size = dp_size;
   split.micro_batch = int(config.train_micro_batch_size_per_gpu);
   split.accumulation_steps = int(config.gradient_accumulation_steps);
   ZS_ASSIGN_OR_RETURN(BatchSampler sampler,
@@ -138,7 +208,20 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
                                            split.global_batch()));
   const int64_t B = split.micro_batch, T = args.seq;
   std::vector<int32_t> inputs(size_t(B * T)), targets(size_t(B * T));
-  const double psi = double(gpt->spec().numel());
+  const double psi = double(grid != nullptr ? grid->model().full_spec().numel()
+                                            : gpt->spec().numel());
+  if (grid != nullptr) {
+    // Every rank's role, printed in rank order by rank 0.
+    ZS_ASSIGN_OR_RETURN(std::vector<std::string> roles, GatherStrings(comm, grid->RoleString()));
+    if (lead) {
+      fmt::print("grid: {}; schedule {}{}{}{}\n", groups->grid().ToString(), args.schedule,
+                 args.virtual_stages > 1 ? fmt::format(" x {} virtual stages", args.virtual_stages)
+                                         : "",
+                 args.sequence_parallel ? ", sequence parallel" : "",
+                 args.recompute ? ", activation recompute" : "");
+      for (int r = 0; r < world; ++r) fmt::print("  rank {}: {}\n", r, roles[size_t(r)]);
+    }
+  }
   if (lead) {
     fmt::print(
         "train_gpt: {} parameters ({} layers, hidden {}, heads {}, vocab {}, seq {}), "
@@ -164,14 +247,26 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
   auto run_start = std::chrono::steady_clock::now();
   for (int step = 0; step < args.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
-    double loss = 0;
-    for (int m = 0; m < split.accumulation_steps; ++m) {
-      ZS_RETURN_IF_ERROR(sampler.FillMicroBatch(step, split, rank, m, inputs, targets));
-      ZS_ASSIGN_OR_RETURN(float l, gpt->ForwardBackward(*engine, inputs, targets, B, T));
-      loss += double(l) / split.accumulation_steps;
+    StepResult result;
+    double mean_loss = 0;
+    if (grid != nullptr) {
+      ZS_ASSIGN_OR_RETURN(
+          parallel::GridStepResult r,
+          grid->TrainStep([&](int m, std::span<int32_t> tokens, std::span<int32_t> targets_out) {
+            return sampler.FillMicroBatch(step, split, dp_rank, m, tokens, targets_out);
+          }));
+      result = r.step;
+      mean_loss = r.loss;
+    } else {
+      double loss = 0;
+      for (int m = 0; m < split.accumulation_steps; ++m) {
+        ZS_RETURN_IF_ERROR(sampler.FillMicroBatch(step, split, rank, m, inputs, targets));
+        ZS_ASSIGN_OR_RETURN(float l, gpt->ForwardBackward(*engine, inputs, targets, B, T));
+        loss += double(l) / split.accumulation_steps;
+      }
+      ZS_ASSIGN_OR_RETURN(result, engine->Step());
+      ZS_ASSIGN_OR_RETURN(mean_loss, engine->AllReduceMean(loss));
     }
-    ZS_ASSIGN_OR_RETURN(StepResult result, engine->Step());
-    ZS_ASSIGN_OR_RETURN(double mean_loss, engine->AllReduceMean(loss));
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     losses.push_back(mean_loss);
@@ -274,10 +369,15 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
   // The measured states beside what the ZeRO formulas give for every stage.
   const double c = double(DTypeSize(engine->compute_dtype()));
   const double optimizer_bytes = engine->optimizer_bytes_per_param();
-  fmt::print("\nper-rank model states (parameters + gradients + optimizer states), {} ranks:\n",
-             world);
+  const int tp = groups ? groups->grid().tp_size() : 1, pp = groups ? groups->grid().pp_size() : 1;
+  fmt::print(
+      "\nper-rank model states (parameters + gradients + optimizer states), {} ranks{}:\n", world,
+      groups ? fmt::format(" (formula: psi / (tp x pp) = {} parameters per model-parallel rank, "
+                           "sharded over dp = {})",
+                           int64_t(psi / (tp * pp)), dp_size)
+             : "");
   for (int s = 0; s <= 3; ++s) {
-    const ZeroStateBytes f = ZeroFormulaBytes(s, psi, world, c, optimizer_bytes);
+    const ZeroStateBytes f = ZeroGridFormulaBytes(s, psi, tp, pp, dp_size, c, optimizer_bytes);
     fmt::print("  stage {}: formula {:>10}", s, FormatBytes(int64_t(f.total())));
     if (s == engine->stage()) {
       for (int r = 0; r < world; ++r) {
@@ -311,6 +411,10 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
                        {"layers", args.layers},     {"hidden", args.hidden},
                        {"heads", args.heads},       {"parameters", int64_t(psi)}};
     report["world_size"] = world;
+    report["grid"] = {{"tp", tp}, {"pp", pp}, {"dp", dp_size}, {"schedule", args.schedule},
+                      {"virtual_stages", args.virtual_stages},
+                      {"sequence_parallel", args.sequence_parallel},
+                      {"recompute", args.recompute}};
     report["backend"] = std::string(comm.backend_name());
     report["seed"] = args.seed;
     report["config"] = nlohmann::json::parse(EngineConfigToJson(config));
@@ -325,7 +429,7 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
     nlohmann::json formulas;
     for (int s = 0; s <= 3; ++s) {
       formulas[fmt::format("stage{}", s)] =
-          ZeroFormulaBytes(s, psi, world, c, optimizer_bytes).total();
+          ZeroGridFormulaBytes(s, psi, tp, pp, dp_size, c, optimizer_bytes).total();
     }
     report["formula_bytes_per_rank"] = formulas;
     report["gather"] = {{"gathers", g.gathers},
@@ -389,6 +493,20 @@ int main(int argc, char** argv) {
   app.add_option("--nvme-path", args.nvme_path,
                  "directory for NVMe offload files (overrides the config's nvme_path keys)")
       ->check(CLI::ExistingDirectory);
+  app.add_option("--tp", args.tp, "tensor-parallel degree (Megatron-style layers)")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--pp", args.pp, "pipeline-parallel stages (dp = world / (tp x pp))")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--schedule", args.schedule, "pipeline schedule: gpipe, 1f1b or interleaved")
+      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}));
+  app.add_option("--virtual-stages", args.virtual_stages,
+                 "model chunks per pipeline rank (interleaved schedule)")
+      ->check(CLI::Range(1, 64));
+  app.add_flag("--sequence-parallel", args.sequence_parallel,
+               "Megatron sequence parallelism in the tp group (LayerNorm/dropout regions split "
+               "along the tokens)");
+  app.add_flag("--recompute", args.recompute,
+               "recompute each block's activations in backward instead of keeping them");
   app.add_option("--trace", args.trace,
                  "write a Chrome/Perfetto trace per rank (FILE.json -> FILE.rank<r>.json)");
   CLI11_PARSE(app, argc, argv);

@@ -1,0 +1,102 @@
+// GptChunk: one pipeline chunk of a tensor-parallel GPT (tp::TpGpt): a contiguous range of its
+// units, run micro-batch by micro-batch by a PipelineRunner (pipeline_chunk.h) over this rank's
+// engine.
+//
+// Contract
+// - Units [begin, end) of TpGpt's units: unit 0 "embed", 1..L "block.i", L+1 "head". The chunk
+//   holding unit 0 is the model's first (it reads tokens from `data`, input_elements() = 0); the
+//   chunk holding the head is the last (it reads targets and returns the loss,
+//   output_elements() = 0). Between chunks the residual stream travels: local_rows x hidden fp32
+//   (local_rows = batch*seq, or batch*seq/tp with sequence parallelism).
+// - Parameters are read through `access` (a SubsetUnitAccess over this pp rank's engine) with
+//   TpGpt's brackets: F(u) around a unit's forward, B(u) around its backward. The tied output
+//   projection reads wte (unit 0) inside the head's bracket when this rank holds unit 0, as
+//   TpGpt does; otherwise `tied` (tied_embedding_link.h) brings wte from the first stage once per
+//   step (micro-batch 0) and takes each micro-batch's wte gradient back to it.
+// - Activations: kept per micro-batch from Forward to Backward (the runner holds several in
+//   flight under 1F1B). With `recompute`, a block keeps only its input and re-runs its forward
+//   (inside its backward bracket) just before its backward, Megatron's full activation
+//   recompute per unit: the stored activations of a block shrink to one [local_rows, H] tensor
+//   at the price of one more forward. Bytes held are recorded in `tracker` (kHost,
+//   kActivations) after every call; activation_bytes() and peak_activation_bytes() report them.
+// - `data` fills a micro-batch's tokens and targets (batch*seq each); called on the first and
+//   the last chunk only. Borrowed: model, access, tied, tracker must outlive the chunk.
+// - Errors: those of the hooks, the tp collectives, the link and `data`, returned as they are.
+// - One thread at a time (the runner's).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <span>
+#include <vector>
+
+#include "runtime/device/memory_tracker.h"
+#include "runtime/model/unit_access.h"
+#include "runtime/parallel/gpt/tied_embedding_link.h"
+#include "runtime/parallel/pipeline/pipeline_chunk.h"
+#include "runtime/parallel/tensor/tp_gpt.h"
+
+namespace zs::parallel {
+
+using MicroBatchData = std::function<Status(int micro_batch, std::span<int32_t> tokens,
+                                            std::span<int32_t> targets)>;
+
+struct GptChunkOptions {
+  int begin = 0;  // units [begin, end) of the TpGpt
+  int end = 0;
+  int64_t batch = 1;  // sequences per micro-batch on this dp rank
+  int64_t seq = 1;
+  bool recompute = false;
+};
+
+class GptChunk final : public PipelineChunk {
+ public:
+  GptChunk(const tp::TpGpt& model, UnitAccess& access, GptChunkOptions options,
+           MicroBatchData data, TiedEmbeddingLink* tied, MemoryTracker* tracker);
+  ~GptChunk() override;
+
+  int64_t input_elements() const override;
+  int64_t output_elements() const override;
+  StatusOr<float> Forward(int micro_batch, std::span<const float> input,
+                          std::span<float> output) override;
+  Status Backward(int micro_batch, std::span<const float> output_grad,
+                  std::span<float> input_grad) override;
+
+  bool has_embedding() const { return options_.begin == 0; }
+  bool has_head() const { return options_.end == head_unit_ + 1; }
+  int64_t activation_bytes() const { return tracked_bytes_; }
+  int64_t peak_activation_bytes() const { return peak_bytes_; }
+
+ private:
+  struct MicroBatchState {
+    tp::TpEmbeddingActivations embed;
+    std::vector<std::vector<float>> x;          // x[i]: input of the chunk's i-th block / head
+    std::vector<tp::TpBlockActivations> blocks;  // empty with recompute
+    tp::TpHeadActivations head;
+    std::vector<int32_t> targets;
+    int64_t bytes() const;
+  };
+  int first_block() const;  // the first layer index in the chunk
+  int num_blocks() const;
+  void UpdateTracker();
+
+  const tp::TpGpt& model_;
+  UnitAccess& access_;
+  const GptChunkOptions options_;
+  MicroBatchData data_;
+  TiedEmbeddingLink* tied_;
+  MemoryTracker* tracker_;
+  const int head_unit_;
+  const int64_t hidden_;
+  const int64_t local_rows_;
+  std::map<int, MicroBatchState> live_;  // by micro-batch, Forward to Backward
+  tp::TpBlockActivations scratch_;       // recompute
+  std::span<const float> remote_wte_;    // the last stage's received wte (this step)
+  std::vector<int32_t> tokens_;
+  std::vector<float> dx_a_, dx_b_;
+  int64_t tracked_bytes_ = 0;
+  int64_t peak_bytes_ = 0;
+};
+
+}  // namespace zs::parallel

@@ -1,0 +1,93 @@
+// GridGpt: one rank's part of a GPT trained on a tp x pp x dp grid: the tensor-parallel model
+// (tp::TpGpt over the tp group), its pipeline chunks (GptChunk) run by a PipelineRunner over the
+// pp group, and one ZeroEngine holding this pp rank's units sharded over the dp group. ZeRO
+// stays data-parallel only; the engine learns about the rest through EngineParallelism (the
+// global norm over the model-parallel group; per-step reduction under pipelines).
+//
+// Contract
+// - Create is collective over the world behind `groups` (every rank calls it with the same
+//   options). The units are partitioned over pp x virtual_stages chunks by parameter count
+//   (PartitionVirtualStages); this rank's engine holds the units of its chunks (SubsetSpec)
+//   initialized from TpGpt's Init(seed), i.e. its slice of nn::Gpt's. With pp > 1 a
+//   TiedEmbeddingLink carries wte between the first and the last stage.
+// - TrainStep runs gradient_accumulation_steps micro-batches through the schedule, then the
+//   engine's Step(). `data(micro_batch, tokens, targets)` gives this dp rank's micro-batch
+//   (called on the first and last stage). The returned loss is the global mean over the dp
+//   group of the micro-batches' mean loss, the same value on every rank.
+// - Memory is counted in `tracker` as everywhere (the engine's states, the chunks' activations,
+//   the runner's message buffers).
+// - Errors: bad grids or sizes (heads, hidden or the MLP width not divisible by tp, more chunks
+//   than units, an interleaved schedule whose micro-batches are not a multiple of pp) are
+//   InvalidArgument naming the values; communication and hook errors are returned as they are.
+// - One thread per rank. `groups`, `device`, `tracker` and `trace` must outlive the object.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/comm/process_groups.h"
+#include "runtime/device/device.h"
+#include "runtime/engine/zero_engine.h"
+#include "runtime/model/subset_unit_access.h"
+#include "runtime/parallel/gpt/gpt_chunk.h"
+#include "runtime/parallel/gpt/tied_embedding_link.h"
+#include "runtime/parallel/pipeline/pipeline_runner.h"
+#include "runtime/parallel/pipeline/stage_partition.h"
+#include "runtime/parallel/tensor/tp_gpt.h"
+
+namespace zs::parallel {
+
+struct GridGptOptions {
+  tp::TpGptConfig model;
+  EngineConfig engine;  // gradient_accumulation_steps = micro-batches per step
+  int64_t micro_batch = 1;  // sequences per dp rank per micro-batch
+  int64_t seq = 1;
+  uint64_t seed = 0;
+  ScheduleKind schedule = ScheduleKind::kOneFOneB;
+  int virtual_stages = 1;
+  bool recompute = false;
+};
+
+struct GridStepResult {
+  double loss = 0;  // global mean
+  StepResult step;
+  PipelineStepResult pipeline;  // this rank's timings
+};
+
+class GridGpt {
+ public:
+  static StatusOr<std::unique_ptr<GridGpt>> Create(const GridGptOptions& options,
+                                                   const ProcessGroups& groups, Device& device,
+                                                   MemoryTracker* tracker,
+                                                   TraceRecorder* trace = nullptr);
+  ~GridGpt();
+
+  StatusOr<GridStepResult> TrainStep(const MicroBatchData& data);
+
+  ZeroEngine& engine() { return *engine_; }
+  const tp::TpGpt& model() const { return *model_; }
+  const StagePartition& partition() const { return partition_; }
+  const std::vector<int>& units() const { return units_; }  // this rank's units
+  // "tp 1/2, pp 0/2 (units 0-2: embed, block.0, block.1), dp 1/2"
+  std::string RoleString() const;
+  int64_t activation_peak_bytes() const;
+
+ private:
+  GridGpt() = default;
+
+  const ProcessGroups* groups_ = nullptr;
+  GridGptOptions options_;
+  std::unique_ptr<tp::TpGpt> model_;
+  StagePartition partition_;
+  std::vector<int> units_;
+  std::unique_ptr<ZeroEngine> engine_;
+  std::unique_ptr<SubsetUnitAccess> access_;
+  std::unique_ptr<TiedEmbeddingLink> tied_;
+  std::vector<std::unique_ptr<GptChunk>> chunks_;
+  std::unique_ptr<PipelineRunner> runner_;
+  MicroBatchData data_;  // the current step's, read by the chunks
+};
+
+}  // namespace zs::parallel
