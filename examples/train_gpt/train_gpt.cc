@@ -66,7 +66,13 @@ struct Args {
   int virtual_stages = 1;
   bool sequence_parallel = false;
   bool recompute = false;
-  bool grid() const { return tp > 1 || pp > 1 || sequence_parallel || recompute; }
+  int experts = 0;  // experts in every block's MLP (0: dense)
+  int ep = 1;
+  int top_k = 2;
+  double capacity_factor = 1.25;
+  bool grid() const {
+    return tp > 1 || pp > 1 || sequence_parallel || recompute || experts > 0;
+  }
 };
 
 // What every rank contributes to the report (rank 0 writes it).
@@ -190,6 +196,10 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
     ZS_ASSIGN_OR_RETURN(options.schedule, ParseScheduleKind(args.schedule));
     options.virtual_stages = args.virtual_stages;
     options.recompute = args.recompute;
+    options.model.moe.experts = args.experts;
+    options.model.moe.top_k = args.top_k;
+    options.model.moe.capacity_factor = args.capacity_factor;
+    options.ep = args.ep;
     ZS_ASSIGN_OR_RETURN(grid,
                         parallel::GridGpt::Create(options, *groups, *device, &tracker, trace.get()));
   } else {
@@ -208,17 +218,21 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
                                            split.global_batch()));
   const int64_t B = split.micro_batch, T = args.seq;
   std::vector<int32_t> inputs(size_t(B * T)), targets(size_t(B * T));
-  const double psi = double(grid != nullptr ? grid->model().full_spec().numel()
-                                            : gpt->spec().numel());
+  const double psi = double(grid != nullptr ? grid->model().full_numel() : gpt->spec().numel());
   if (grid != nullptr) {
     // Every rank's role, printed in rank order by rank 0.
     ZS_ASSIGN_OR_RETURN(std::vector<std::string> roles, GatherStrings(comm, grid->RoleString()));
     if (lead) {
-      fmt::print("grid: {}; schedule {}{}{}{}\n", groups->grid().ToString(), args.schedule,
+      fmt::print("grid: {}; schedule {}{}{}{}{}\n", groups->grid().ToString(), args.schedule,
                  args.virtual_stages > 1 ? fmt::format(" x {} virtual stages", args.virtual_stages)
                                          : "",
                  args.sequence_parallel ? ", sequence parallel" : "",
-                 args.recompute ? ", activation recompute" : "");
+                 args.recompute ? ", activation recompute" : "",
+                 args.experts > 0
+                     ? fmt::format(", {} experts per block (top-{}, capacity factor {}) over "
+                                   "ep {}",
+                                   args.experts, args.top_k, args.capacity_factor, args.ep)
+                     : "");
       for (int r = 0; r < world; ++r) fmt::print("  rank {}: {}\n", r, roles[size_t(r)]);
     }
   }
@@ -316,7 +330,12 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
   }
   const double total_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
-  ZS_ASSIGN_OR_RETURN(uint64_t digest, engine->MasterDigest());
+  uint64_t digest = 0;
+  if (grid != nullptr) {
+    ZS_ASSIGN_OR_RETURN(digest, grid->MasterDigest());
+  } else {
+    ZS_ASSIGN_OR_RETURN(digest, engine->MasterDigest());
+  }
   ZS_ASSIGN_OR_RETURN(auto peaks, GatherPeaks(comm, tracker.Snapshot()));
   if (trace != nullptr) {
     const std::string path = TracePathForRank(args.trace, rank);
@@ -374,7 +393,11 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
       "\nper-rank model states (parameters + gradients + optimizer states), {} ranks{}:\n", world,
       groups ? fmt::format(" (formula: psi / (tp x pp) = {} parameters per model-parallel rank, "
                            "sharded over dp = {})",
-                           int64_t(psi / (tp * pp)), dp_size)
+                           int64_t(psi / (tp * pp)), dp_size) +
+                   (args.experts > 0 ? fmt::format("; the experts' states are sharded over "
+                                                   "dp / ep = {} instead, not in the formula",
+                                                   dp_size / args.ep)
+                                     : "")
              : "");
   for (int s = 0; s <= 3; ++s) {
     const ZeroStateBytes f = ZeroGridFormulaBytes(s, psi, tp, pp, dp_size, c, optimizer_bytes);
@@ -414,7 +437,9 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
     report["grid"] = {{"tp", tp}, {"pp", pp}, {"dp", dp_size}, {"schedule", args.schedule},
                       {"virtual_stages", args.virtual_stages},
                       {"sequence_parallel", args.sequence_parallel},
-                      {"recompute", args.recompute}};
+                      {"recompute", args.recompute},
+                      {"experts", args.experts},
+                      {"ep", args.ep}};
     report["backend"] = std::string(comm.backend_name());
     report["seed"] = args.seed;
     report["config"] = nlohmann::json::parse(EngineConfigToJson(config));
@@ -507,6 +532,17 @@ int main(int argc, char** argv) {
                "along the tokens)");
   app.add_flag("--recompute", args.recompute,
                "recompute each block's activations in backward instead of keeping them");
+  app.add_option("--experts", args.experts,
+                 "mixture-of-experts: this many experts replace every block's MLP (tp must be 1)")
+      ->check(CLI::Range(0, 4096));
+  app.add_option("--ep", args.ep, "expert-parallel degree (divides dp)")
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--top-k", args.top_k, "experts per token: 1 (Switch) or 2 (GShard)")
+      ->check(CLI::Range(1, 2));
+  app.add_option("--capacity-factor", args.capacity_factor,
+                 "each expert keeps at most ceil(k x tokens x factor / experts) tokens per "
+                 "micro-batch; the rest are dropped")
+      ->check(CLI::PositiveNumber);
   app.add_option("--trace", args.trace,
                  "write a Chrome/Perfetto trace per rank (FILE.json -> FILE.rank<r>.json)");
   CLI11_PARSE(app, argc, argv);

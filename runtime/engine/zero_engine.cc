@@ -398,8 +398,12 @@ StatusOr<std::vector<double>> ZeroEngine::Impl::AllGatherDouble(Communicator& co
 double ZeroEngine::Impl::ShardSumSquares(double inv_scale) const {
   const int rank = dp_.rank();
   const size_t elem = DTypeSize(dtype_);
-  // Off tp rank 0, the parameters every tp rank holds whole are skipped: tp rank 0 counts them.
-  const bool skip_replicated = parallel_.model_parallel != nullptr && parallel_.tp_rank != 0;
+  // Off tp rank 0, the parameters every tp rank holds whole are skipped: tp rank 0 counts them;
+  // likewise off ep rank 0 the parameters every ep rank holds alike.
+  const bool skip_tp = parallel_.tp_rank != 0, skip_ep = parallel_.ep_rank != 0;
+  auto skipped = [&](const ParamSpec& p) {
+    return (skip_tp && !p.tensor_parallel) || (skip_ep && !p.expert_parallel);
+  };
   double sum_squares = 0.0;
   for (size_t u = 0; u < units_.size(); ++u) {
     const UnitState& s = units_[u];
@@ -415,9 +419,9 @@ double ZeroEngine::Impl::ShardSumSquares(double inv_scale) const {
         sum_squares += x * x;
       }
     };
-    if (skip_replicated) {
+    if (skip_tp || skip_ep) {
       for (int p = 0; p < s.layout.num_params(); ++p) {
-        if (model_.units[u].params[size_t(p)].tensor_parallel) continue;
+        if (!skipped(model_.units[u].params[size_t(p)])) continue;
         const UnitRange r = s.layout.ParamRangeInUnit(p);
         const int64_t b = std::clamp(r.begin.value(), shard_begin, shard_end);
         const int64_t e = std::clamp(r.begin.value() + r.size(), shard_begin, shard_end);
@@ -461,16 +465,13 @@ Status ZeroEngine::Impl::ReduceAccumulatedGradients() {
   return OkStatus();
 }
 
-StatusOr<StepResult> ZeroEngine::Impl::Step() {
-  using Clock = std::chrono::steady_clock;
-  auto seconds = [](Clock::time_point t) {
-    return std::chrono::duration<double>(Clock::now() - t).count();
-  };
-  const Clock::time_point step_start = Clock::now();
-  TraceRecorder::Span step_span = Traced(track_step_, "step");
+StatusOr<double> ZeroEngine::Impl::PrepareStep() {
+  ZS_CHECK(!prepared_, "PrepareStep() twice without FinishStep()");
+  step_start_ = std::chrono::steady_clock::now();
+  TraceRecorder::Span span = Traced(track_step_, "prepare step");
   if (parallel_.reduce_per_step) ZS_RETURN_IF_ERROR(ReduceAccumulatedGradients());
   {
-    TraceRecorder::Span span = Traced(track_reduce_, "finish reductions");
+    TraceRecorder::Span finish = Traced(track_reduce_, "finish reductions");
     ZS_RETURN_IF_ERROR(reducer_->Finish());
   }
   const int64_t ga = config_.gradient_accumulation_steps;
@@ -483,21 +484,39 @@ StatusOr<StepResult> ZeroEngine::Impl::Step() {
           model_.units[u].name, s.reduced, s.open, s.forward_uses, ga));
     }
   }
-  StepResult result;
-  result.loss_scale = scaler_.scale();
+  // A non-finite square anywhere makes the total non-finite on every rank (fp16 overflow).
   const double inv_scale = 1.0 / double(scaler_.scale());
-
-  // Overflow (fp16): a non-finite square anywhere makes the total non-finite on every rank.
-  bool overflow = false;
   ZS_ASSIGN_OR_RETURN(std::vector<double> partials, AllGatherDouble(ShardSumSquares(inv_scale)));
   double total = 0.0;
   for (double p : partials) total += p;  // rank order, the same on every rank and stage
+  prepared_ = true;
+  return total;
+}
+
+StatusOr<StepResult> ZeroEngine::Impl::Step() {
+  ZS_ASSIGN_OR_RETURN(double total, PrepareStep());
   if (parallel_.model_parallel != nullptr && parallel_.model_parallel->size() > 1) {
     ZS_ASSIGN_OR_RETURN(std::vector<double> replica,
                         AllGatherDouble(*parallel_.model_parallel, total));
     total = 0.0;
     for (double p : replica) total += p;  // model-parallel rank order
   }
+  return FinishStep(total);
+}
+
+StatusOr<StepResult> ZeroEngine::Impl::FinishStep(double total) {
+  using Clock = std::chrono::steady_clock;
+  auto seconds = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
+  ZS_CHECK(prepared_, "FinishStep() without PrepareStep()");
+  prepared_ = false;
+  const Clock::time_point step_start = step_start_;
+  TraceRecorder::Span step_span = Traced(track_step_, "step");
+  StepResult result;
+  result.loss_scale = scaler_.scale();
+  const double inv_scale = 1.0 / double(scaler_.scale());
+  bool overflow = false;
   result.grad_norm = std::sqrt(total);
   if (config_.fp16.enabled) overflow = !std::isfinite(total);
 
@@ -694,6 +713,14 @@ StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(const EngineConfig& con
         "their gradients; set it to true",
         zero.stage));
   }
+  if (parallel.ep_rank < 0) {
+    return InvalidArgumentError(
+        fmt::format("EngineParallelism: ep_rank {} is negative", parallel.ep_rank));
+  }
+  if (parallel.tp_rank != 0 && parallel.model_parallel == nullptr) {
+    return InvalidArgumentError(fmt::format(
+        "EngineParallelism: tp_rank {} without a model_parallel group", parallel.tp_rank));
+  }
   if (parallel.model_parallel != nullptr && (parallel.tp_rank < 0 ||
                                               parallel.tp_rank >= parallel.model_parallel->size())) {
     return InvalidArgumentError(fmt::format(
@@ -717,6 +744,10 @@ std::span<const float> ZeroEngine::Param(int unit, int param) { return impl_->Pa
 std::span<float> ZeroEngine::Grad(int unit, int param) { return impl_->Grad(unit, param); }
 float ZeroEngine::backward_scale() const { return impl_->backward_scale(); }
 StatusOr<StepResult> ZeroEngine::Step() { return impl_->Step(); }
+StatusOr<double> ZeroEngine::PrepareStep() { return impl_->PrepareStep(); }
+StatusOr<StepResult> ZeroEngine::FinishStep(double global_sum_squares) {
+  return impl_->FinishStep(global_sum_squares);
+}
 
 StatusOr<double> ZeroEngine::AllReduceMean(double local) {
   ZS_ASSIGN_OR_RETURN(std::vector<double> all, impl_->AllGatherDouble(local));

@@ -128,6 +128,10 @@ struct EngineParallelism {
   // This rank's index in its tp group. Parameters whose ParamSpec::tensor_parallel is false are
   // the same on every tp rank: they count in the norm on tp rank 0 only.
   int tp_rank = 0;
+  // This rank's index in its expert-parallel group, for an engine holding expert units
+  // (ParamSpec::expert_parallel): parameters without the flag (a router) are the same on every
+  // ep rank and count on ep rank 0 only. 0 for an engine of dense units.
+  int ep_rank = 0;
   // [Note: per-step reduction] Pipeline stages run the forwards of later micro-batches before
   // the backwards of earlier ones (1F1B), so a unit has no "last EndBackward of a micro-batch".
   // With true, forward brackets may open while a unit's backward is under way, each unit's
@@ -165,6 +169,19 @@ class ZeroEngine final : public UnitAccess {
   // Collective. Ends the accumulation window: requires gradient_accumulation_steps complete
   // micro-batches since the last Step (FailedPrecondition naming the count otherwise).
   StatusOr<StepResult> Step();
+
+  // Step() in two halves, for a model whose parameters live in several engines (experts: one
+  // engine over the dp group for the dense units, one over the expert-data-parallel group for
+  // the experts), which must clip with one global norm. PrepareStep() finishes the reductions
+  // and returns this engine's sum of squares of the unscaled gradient over its dp group (the
+  // first half of [Note: one norm over the grid]: EngineParallelism's skipping applies, the
+  // model-parallel sum does not); FinishStep(total) takes the job's total (the caller adds the
+  // engines' sums and their model-parallel groups' in a fixed order, the same on every rank)
+  // and clips, checks fp16 overflow, steps and gathers. Step() is
+  // FinishStep(PrepareStep() summed over EngineParallelism::model_parallel). Collective, as
+  // Step(); calling them out of order is a ZS_CHECK.
+  StatusOr<double> PrepareStep();
+  StatusOr<StepResult> FinishStep(double global_sum_squares);
 
   // Collective helpers for training loops and tests.
   StatusOr<double> AllReduceMean(double local);  // the mean of one value over the dp group

@@ -164,6 +164,8 @@ class ZeroEngine::Impl {
   }
 
   StatusOr<StepResult> Step();
+  StatusOr<double> PrepareStep();
+  StatusOr<StepResult> FinishStep(double total);
   // One double from every rank of `comm` (default: the dp group), in its rank order.
   StatusOr<std::vector<double>> AllGatherDouble(double local) { return AllGatherDouble(dp_, local); }
   static StatusOr<std::vector<double>> AllGatherDouble(Communicator& comm, double local);
@@ -221,6 +223,8 @@ class ZeroEngine::Impl {
   std::unique_ptr<LrSchedule> schedule_;
   CpuOptimizer optimizer_;
   int64_t step_ = 0;
+  bool prepared_ = false;  // between PrepareStep and FinishStep
+  std::chrono::steady_clock::time_point step_start_;
   std::unique_ptr<Communicator> gather_comm_;
   std::unique_ptr<Communicator> reduce_comm_;
   std::vector<UnitState> units_;

@@ -38,6 +38,10 @@ struct ParamSpec {
   // rank holds the same full value (LayerNorm gains, a row-parallel bias), so the norm counts it
   // once. Meaningless without tensor parallelism (tp size 1).
   bool tensor_parallel = false;
+  // Expert parallelism (runtime/parallel/expert): true for an expert's parameter, held by one
+  // rank of the ep group only (summed over the ep group in the norm); false for what every ep
+  // rank holds alike (a router: counted once).
+  bool expert_parallel = false;
   int64_t numel() const;
 };
 

@@ -31,23 +31,36 @@ ParamInit SubsetInit(ParamInit full_init, std::vector<int> units) {
   };
 }
 
-SubsetUnitAccess::SubsetUnitAccess(ModelSpec full, std::vector<int> units, UnitAccess& backing)
-    : full_(std::move(full)), units_(std::move(units)), backing_(backing) {
-  ZS_CHECK(backing_.model().units.size() == units_.size(),
-           "SubsetUnitAccess: the backing access holds {} units, the subset names {}",
-           backing_.model().units.size(), units_.size());
+SubsetUnitAccess::SubsetUnitAccess(ModelSpec full, std::vector<Backing> backings)
+    : full_(std::move(full)), backings_(std::move(backings)) {
+  ZS_CHECK(!backings_.empty(), "SubsetUnitAccess without a backing access");
+  owner_.assign(full_.units.size(), -1);
   local_.assign(full_.units.size(), -1);
-  for (size_t i = 0; i < units_.size(); ++i) local_[size_t(units_[i])] = int(i);
+  for (size_t b = 0; b < backings_.size(); ++b) {
+    const Backing& backing = backings_[b];
+    ZS_CHECK(backing.access != nullptr &&
+                 backing.access->model().units.size() == backing.units.size(),
+             "SubsetUnitAccess: backing {} holds {} units, the subset names {}", b,
+             backing.access == nullptr ? 0 : backing.access->model().units.size(),
+             backing.units.size());
+    for (size_t i = 0; i < backing.units.size(); ++i) {
+      const int u = backing.units[i];
+      ZS_CHECK(u >= 0 && u < int(full_.units.size()) && owner_[size_t(u)] < 0,
+               "SubsetUnitAccess: unit {} is out of range or in two backings", u);
+      owner_[size_t(u)] = int(b);
+      local_[size_t(u)] = int(i);
+    }
+  }
 }
 
 bool SubsetUnitAccess::holds(int unit) const {
-  return unit >= 0 && unit < int(local_.size()) && local_[size_t(unit)] >= 0;
+  return unit >= 0 && unit < int(owner_.size()) && owner_[size_t(unit)] >= 0;
 }
 
-int SubsetUnitAccess::Local(int unit) const {
+UnitAccess& SubsetUnitAccess::At(int unit) const {
   ZS_CHECK(holds(unit), "unit {} ('{}') is not held by this pipeline stage", unit,
            unit >= 0 && unit < int(full_.units.size()) ? full_.units[size_t(unit)].name : "?");
-  return local_[size_t(unit)];
+  return *backings_[size_t(owner_[size_t(unit)])].access;
 }
 
 }  // namespace zs

@@ -26,9 +26,10 @@ GptChunk::GptChunk(const tp::TpGpt& model, UnitAccess& access, GptChunkOptions o
       head_unit_(model.head_unit()),
       hidden_(model.config().gpt.hidden),
       local_rows_(model.local_rows(options.batch * options.seq)) {
-  ZS_CHECK(options_.begin >= 0 && options_.begin < options_.end && options_.end <= head_unit_ + 1,
-           "GptChunk: units [{}, {}) outside the model's {} units", options_.begin, options_.end,
-           head_unit_ + 1);
+  ZS_CHECK(options_.begin >= 0 && options_.begin < options_.end &&
+               options_.end <= model_.num_segments(),
+           "GptChunk: segments [{}, {}) outside the model's {}", options_.begin, options_.end,
+           model_.num_segments());
   ZS_CHECK(!(has_head() && !has_embedding()) || tied_ != nullptr,
            "GptChunk: a head without the embedding needs a TiedEmbeddingLink");
 }
@@ -40,9 +41,9 @@ GptChunk::~GptChunk() {
 
 int GptChunk::first_block() const { return std::max(options_.begin, 1) - 1; }
 int GptChunk::num_blocks() const {
-  const int first_unit = std::max(options_.begin, 1);
-  const int end_unit = std::min(options_.end, head_unit_);
-  return std::max(0, end_unit - first_unit);
+  const int first = std::max(options_.begin, 1);
+  const int end = std::min(options_.end, model_.num_segments() - 1);
+  return std::max(0, end - first);
 }
 
 int64_t GptChunk::input_elements() const {
@@ -95,12 +96,12 @@ StatusOr<float> GptChunk::Forward(int micro_batch, std::span<const float> input,
   }
   for (int i = 0; i < nb; ++i) {
     const int layer = first_block() + i;
-    const int unit = model_.block_unit(layer);
-    ZS_RETURN_IF_ERROR(access_.BeginForward(unit));
+    const std::vector<int> units = model_.LayerUnits(layer);
+    for (int u : units) ZS_RETURN_IF_ERROR(access_.BeginForward(u));
     tp::TpBlockActivations& act = options_.recompute ? scratch_ : st.blocks[size_t(i)];
     ZS_RETURN_IF_ERROR(model_.BlockForward(layer, access_, st.x[size_t(i)], B, T, act,
                                            st.x[size_t(i + 1)]));
-    ZS_RETURN_IF_ERROR(access_.EndForward(unit));
+    for (auto u = units.rbegin(); u != units.rend(); ++u) ZS_RETURN_IF_ERROR(access_.EndForward(*u));
   }
   float loss = 0.0f;
   if (has_head()) {
@@ -163,8 +164,8 @@ Status GptChunk::Backward(int micro_batch, std::span<const float> output_grad,
   }
   for (int i = nb - 1; i >= 0; --i) {
     const int layer = first_block() + i;
-    const int unit = model_.block_unit(layer);
-    ZS_RETURN_IF_ERROR(access_.BeginBackward(unit));
+    const std::vector<int> units = model_.LayerUnits(layer);
+    for (int u : units) ZS_RETURN_IF_ERROR(access_.BeginBackward(u));
     tp::TpBlockActivations* act = &scratch_;
     if (options_.recompute) {
       // Re-run the block's forward from its kept input; y lands in dx (overwritten below).
@@ -174,7 +175,9 @@ Status GptChunk::Backward(int micro_batch, std::span<const float> output_grad,
       act = &st.blocks[size_t(i)];
     }
     ZS_RETURN_IF_ERROR(model_.BlockBackward(layer, access_, st.x[size_t(i)], dy, *act, dx));
-    ZS_RETURN_IF_ERROR(access_.EndBackward(unit));
+    for (auto u = units.rbegin(); u != units.rend(); ++u) {
+      ZS_RETURN_IF_ERROR(access_.EndBackward(*u));
+    }
     std::swap(dy, dx);
   }
   if (has_embedding()) {

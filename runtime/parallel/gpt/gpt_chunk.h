@@ -3,8 +3,9 @@
 // engine.
 //
 // Contract
-// - Units [begin, end) of TpGpt's units: unit 0 "embed", 1..L "block.i", L+1 "head". The chunk
-//   holding unit 0 is the model's first (it reads tokens from `data`, input_elements() = 0); the
+// - Segments [begin, end) of the TpGpt ([Note: segments] in tp_gpt.h): 0 the embedding, 1..L
+//   the layers (a layer's units: its block, and with experts its "block.i.moe"), L+1 the head.
+//   The chunk holding segment 0 is the model's first (it reads tokens from `data`, input_elements() = 0); the
 //   chunk holding the head is the last (it reads targets and returns the loss,
 //   output_elements() = 0). Between chunks the residual stream travels: local_rows x hidden fp32
 //   (local_rows = batch*seq, or batch*seq/tp with sequence parallelism).
@@ -43,7 +44,7 @@ using MicroBatchData = std::function<Status(int micro_batch, std::span<int32_t> 
                                             std::span<int32_t> targets)>;
 
 struct GptChunkOptions {
-  int begin = 0;  // units [begin, end) of the TpGpt
+  int begin = 0;  // segments [begin, end) of the TpGpt
   int end = 0;
   int64_t batch = 1;  // sequences per micro-batch on this dp rank
   int64_t seq = 1;
@@ -64,7 +65,7 @@ class GptChunk final : public PipelineChunk {
                   std::span<float> input_grad) override;
 
   bool has_embedding() const { return options_.begin == 0; }
-  bool has_head() const { return options_.end == head_unit_ + 1; }
+  bool has_head() const { return options_.end == model_.num_segments(); }
   int64_t activation_bytes() const { return tracked_bytes_; }
   int64_t peak_activation_bytes() const { return peak_bytes_; }
 

@@ -29,24 +29,49 @@ StatusOr<std::unique_ptr<GridGpt>> GridGpt::Create(const GridGptOptions& options
         "virtual stages {} need the interleaved schedule, not '{}'", options.virtual_stages,
         ScheduleKindName(options.schedule)));
   }
-  ZS_ASSIGN_OR_RETURN(g->model_, tp::TpGpt::Create(options.model, groups.tp(), tracker));
+  const bool experts = options.model.moe.enabled();
+  const int dp = groups.grid().dp_size(), dp_rank = groups.coord().dp;
+  if (!experts && options.ep != 1) {
+    return InvalidArgumentError(fmt::format("ep {} without experts", options.ep));
+  }
+  if (experts) {
+    if (options.ep < 1 || dp % options.ep != 0) {
+      return InvalidArgumentError(fmt::format(
+          "the expert-parallel degree ep {} must divide the data-parallel degree dp {}",
+          options.ep, dp));
+    }
+    ZS_ASSIGN_OR_RETURN(g->ep_, groups.dp().Split(dp_rank / options.ep, dp_rank % options.ep,
+                                                  "ep"));
+    ZS_ASSIGN_OR_RETURN(g->edp_, groups.dp().Split(dp_rank % options.ep, dp_rank / options.ep,
+                                                   "edp"));
+  }
+  ZS_ASSIGN_OR_RETURN(g->model_,
+                      tp::TpGpt::Create(options.model, groups.tp(), tracker, g->ep_.get()));
   const tp::TpGpt& model = *g->model_;
-  const std::vector<double> costs = UnitParamCosts(model.full_spec());
+  const std::vector<double> costs = model.SegmentCosts();
   auto partition = PartitionVirtualStages(costs, pp, options.virtual_stages);
   if (!partition.ok()) {
     return partition.status().WithContext(fmt::format(
-        "partitioning the GPT's {} units (embed, {} blocks, head) over pp={} x {} virtual "
+        "partitioning the GPT's {} segments (embed, {} layers, head) over pp={} x {} virtual "
         "stage(s)",
         costs.size(), options.model.gpt.layers, pp, options.virtual_stages));
   }
   g->partition_ = *std::move(partition);
   ZS_ASSIGN_OR_RETURN(PipelineSchedule schedule,
                       BuildSchedule(options.schedule, pp, micro_batches, options.virtual_stages));
+  std::vector<int> dense_units, expert_units;
   for (int c : g->partition_.ChunksOfRank(pp_rank)) {
     const ChunkUnits r = g->partition_.chunks[size_t(c)];
-    for (int u = r.begin; u < r.end; ++u) g->units_.push_back(u);
+    for (int seg = r.begin; seg < r.end; ++seg) {
+      for (int u : model.SegmentUnits(seg)) {
+        g->units_.push_back(u);
+        const bool expert_unit = experts && seg >= 1 && seg <= options.model.gpt.layers &&
+                                 u == model.moe_unit(seg - 1);
+        (expert_unit ? expert_units : dense_units).push_back(u);
+      }
+    }
   }
-  ZS_ASSIGN_OR_RETURN(ModelSpec subset, SubsetSpec(model.spec(), g->units_));
+  ZS_ASSIGN_OR_RETURN(ModelSpec subset, SubsetSpec(model.spec(), dense_units));
 
   EngineParallelism parallel;
   parallel.model_parallel = &groups.model_parallel();
@@ -54,10 +79,25 @@ StatusOr<std::unique_ptr<GridGpt>> GridGpt::Create(const GridGptOptions& options
   // 1F1B on one stage is the plain forward-backward order; anything else interleaves
   // micro-batches on a unit ([Note: per-step reduction], zero_engine.h).
   parallel.reduce_per_step = pp > 1 || options.schedule != ScheduleKind::kOneFOneB;
+  const ParamInit init = model.Init(options.seed);
   ZS_ASSIGN_OR_RETURN(g->engine_, ZeroEngine::Create(options.engine, std::move(subset),
-                                                     SubsetInit(model.Init(options.seed), g->units_),
-                                                     device, groups.dp(), trace, parallel));
-  g->access_ = std::make_unique<SubsetUnitAccess>(model.spec(), g->units_, *g->engine_);
+                                                     SubsetInit(init, dense_units), device,
+                                                     groups.dp(), trace, parallel));
+  std::vector<SubsetUnitAccess::Backing> backings = {{dense_units, g->engine_.get()}};
+  if (!expert_units.empty()) {
+    ZS_ASSIGN_OR_RETURN(ModelSpec expert_spec, SubsetSpec(model.spec(), expert_units));
+    EngineParallelism expert_parallel;
+    expert_parallel.ep_rank = g->ep_->rank();  // the router counts on ep rank 0
+    expert_parallel.reduce_per_step = parallel.reduce_per_step;
+    ZS_ASSIGN_OR_RETURN(g->expert_engine_,
+                        ZeroEngine::Create(options.engine, std::move(expert_spec),
+                                           SubsetInit(init, expert_units), device, *g->edp_,
+                                           nullptr, expert_parallel));
+    backings.push_back({expert_units, g->expert_engine_.get()});
+  }
+  g->access_ = std::make_unique<SubsetUnitAccess>(model.spec(), std::move(backings));
+  g->dense_units_ = dense_units;
+  g->expert_units_ = expert_units;
   if (pp > 1) {
     ZS_ASSIGN_OR_RETURN(g->tied_,
                         TiedEmbeddingLink::Create(groups.pp(), model.spec().units[0].params[0].numel()));
@@ -93,7 +133,22 @@ StatusOr<GridStepResult> GridGpt::TrainStep(const MicroBatchData& data) {
   GridStepResult result;
   ZS_ASSIGN_OR_RETURN(result.pipeline, runner_->RunStep());
   if (tied_ != nullptr) ZS_RETURN_IF_ERROR(tied_->Finish());
-  ZS_ASSIGN_OR_RETURN(result.step, engine_->Step());
+  if (expert_engine_ == nullptr) {
+    ZS_ASSIGN_OR_RETURN(result.step, engine_->Step());
+  } else {
+    // One norm over both engines ([Note: one norm over the grid], PrepareStep in zero_engine.h).
+    ZS_ASSIGN_OR_RETURN(const double dense, engine_->PrepareStep());
+    ZS_ASSIGN_OR_RETURN(const double expert, expert_engine_->PrepareStep());
+    ZS_ASSIGN_OR_RETURN(std::vector<double> per_ep, AllGatherDouble(*ep_, expert));
+    double local = dense;
+    for (double e : per_ep) local += e;  // ep rank order
+    ZS_ASSIGN_OR_RETURN(std::vector<double> per_mp,
+                        AllGatherDouble(groups_->model_parallel(), local));
+    double total = 0;
+    for (double p : per_mp) total += p;  // model-parallel rank order
+    ZS_ASSIGN_OR_RETURN(result.step, engine_->FinishStep(total));
+    ZS_RETURN_IF_ERROR(expert_engine_->FinishStep(total).status());
+  }
   // The replica's loss lives on the last stage (the same on every tp rank): tp rank 0 of the
   // last stage contributes it to the model-parallel group, then the dp group averages.
   double local = 0;
@@ -109,6 +164,26 @@ StatusOr<GridStepResult> GridGpt::TrainStep(const MicroBatchData& data) {
   return result;
 }
 
+StatusOr<std::vector<float>> GridGpt::GatherMasterParam(int unit, int param) {
+  for (size_t i = 0; i < dense_units_.size(); ++i) {
+    if (dense_units_[i] == unit) return engine_->GatherMasterParam(int(i), param);
+  }
+  for (size_t i = 0; i < expert_units_.size(); ++i) {
+    if (expert_units_[i] == unit) return expert_engine_->GatherMasterParam(int(i), param);
+  }
+  return InvalidArgumentError(fmt::format("unit {} is not held by pipeline stage {}", unit,
+                                          groups_->coord().pp));
+}
+
+StatusOr<uint64_t> GridGpt::MasterDigest() {
+  ZS_ASSIGN_OR_RETURN(uint64_t digest, engine_->MasterDigest());
+  if (expert_engine_ != nullptr) {
+    ZS_ASSIGN_OR_RETURN(uint64_t experts, expert_engine_->MasterDigest());
+    digest = digest * 0x100000001b3ull ^ experts;
+  }
+  return digest;
+}
+
 std::string GridGpt::RoleString() const {
   const GridCoord c = groups_->coord();
   const RankGrid& grid = groups_->grid();
@@ -116,8 +191,9 @@ std::string GridGpt::RoleString() const {
   for (int u : units_) {
     units += fmt::format("{}{}", units.empty() ? "" : " ", model_->spec().units[size_t(u)].name);
   }
-  return fmt::format("tp {}/{}, pp {}/{} ({}), dp {}/{}", c.tp, grid.tp_size(), c.pp,
-                     grid.pp_size(), units, c.dp, grid.dp_size());
+  return fmt::format("tp {}/{}, pp {}/{} ({}), dp {}/{}{}", c.tp, grid.tp_size(), c.pp,
+                     grid.pp_size(), units, c.dp, grid.dp_size(),
+                     ep_ != nullptr ? fmt::format(", ep {}/{}", ep_->rank(), ep_->size()) : "");
 }
 
 int64_t GridGpt::activation_peak_bytes() const {

@@ -19,6 +19,11 @@
 // - Errors: bad grids or sizes (heads, hidden or the MLP width not divisible by tp, more chunks
 //   than units, an interleaved schedule whose micro-batches are not a multiple of pp) are
 //   InvalidArgument naming the values; communication and hook errors are returned as they are.
+// - Experts: a second engine holds this rank's "block.i.moe" units over its edp group. Both
+//   engines clip with one norm: each's PrepareStep() sum, the expert engines' summed over the ep
+//   group (the router counted on ep rank 0), then over the model-parallel group, in fixed order
+//   (zero_engine.h, PrepareStep/FinishStep). The loss reported is the language-model
+//   cross-entropy; the load-balancing loss is in the gradients only.
 // - One thread per rank. `groups`, `device`, `tracker` and `trace` must outlive the object.
 #pragma once
 
@@ -48,6 +53,10 @@ struct GridGptOptions {
   ScheduleKind schedule = ScheduleKind::kOneFOneB;
   int virtual_stages = 1;
   bool recompute = false;
+  // Experts (model.moe.experts > 0): the expert-parallel degree. It divides dp: each dp group
+  // is cut into ep groups of consecutive dp ranks; rank i of every ep group forms an
+  // expert-data-parallel (edp) group, over which the experts' states are sharded.
+  int ep = 1;
 };
 
 struct GridStepResult {
@@ -67,10 +76,16 @@ class GridGpt {
   StatusOr<GridStepResult> TrainStep(const MicroBatchData& data);
 
   ZeroEngine& engine() { return *engine_; }
+  ZeroEngine* expert_engine() { return expert_engine_.get(); }  // null without expert units
+  // The fp32 master values of one of this rank's parameters, by the model's unit index
+  // (collective over the engine's group holding it: dp, or edp for expert units).
+  StatusOr<std::vector<float>> GatherMasterParam(int unit, int param);
+  // The engines' MasterDigest, combined (collective over dp, then edp).
+  StatusOr<uint64_t> MasterDigest();
   const tp::TpGpt& model() const { return *model_; }
   const StagePartition& partition() const { return partition_; }
   const std::vector<int>& units() const { return units_; }  // this rank's units
-  // "tp 1/2, pp 0/2 (units 0-2: embed, block.0, block.1), dp 1/2"
+  // "tp 1/2, pp 0/2 (embed block.0 block.1), dp 1/2" (and ", ep 1/2" with experts)
   std::string RoleString() const;
   int64_t activation_peak_bytes() const;
 
@@ -82,8 +97,12 @@ class GridGpt {
   std::unique_ptr<tp::TpGpt> model_;
   StagePartition partition_;
   std::vector<int> units_;
+  std::unique_ptr<Communicator> ep_;   // experts: this rank's ep group (split from dp)
+  std::unique_ptr<Communicator> edp_;  // experts: ranks holding the same experts
   std::unique_ptr<ZeroEngine> engine_;
+  std::unique_ptr<ZeroEngine> expert_engine_;
   std::unique_ptr<SubsetUnitAccess> access_;
+  std::vector<int> dense_units_, expert_units_;  // this rank's, by engine
   std::unique_ptr<TiedEmbeddingLink> tied_;
   std::vector<std::unique_ptr<GptChunk>> chunks_;
   std::unique_ptr<PipelineRunner> runner_;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "runtime/nn/embedding.h"
@@ -24,7 +25,7 @@ int64_t TpHeadActivations::bytes() const {
 }
 
 StatusOr<std::unique_ptr<TpGpt>> TpGpt::Create(const TpGptConfig& config, Communicator& tp,
-                                               MemoryTracker* tracker) {
+                                               MemoryTracker* tracker, Communicator* ep) {
   ZS_ASSIGN_OR_RETURN(std::unique_ptr<nn::Gpt> full, nn::Gpt::Create(config.gpt));
   const TpOptions options = TpOptions::Of(tp, config.sequence_parallel);
   ZS_RETURN_IF_ERROR(options.Validate());
@@ -32,18 +33,33 @@ StatusOr<std::unique_ptr<TpGpt>> TpGpt::Create(const TpGptConfig& config, Commun
   ZS_ASSIGN_OR_RETURN(VocabParallelEmbedding wte,
                       VocabParallelEmbedding::Create(kEmbedUnit, 0, g.vocab, g.hidden, options));
   std::vector<TpTransformerBlock> blocks;
+  MoeConfig moe;
+  moe.hidden = g.hidden;
+  moe.ffn = 4 * g.hidden;
+  moe.num_experts = config.moe.experts;
+  moe.top_k = config.moe.top_k;
+  moe.capacity_factor = config.moe.capacity_factor;
+  moe.aux_loss_coef = config.moe.aux_loss_coef;
   for (int l = 0; l < g.layers; ++l) {
-    ZS_ASSIGN_OR_RETURN(TpTransformerBlock block,
-                        TpTransformerBlock::Create(1 + l, 0, g.hidden, g.heads, options));
-    blocks.push_back(std::move(block));
+    if (config.moe.enabled()) {
+      ZS_ASSIGN_OR_RETURN(TpTransformerBlock block,
+                          TpTransformerBlock::CreateMoe(1 + 2 * l, 0, 2 + 2 * l, g.hidden,
+                                                        g.heads, options, moe, ep));
+      blocks.push_back(std::move(block));
+    } else {
+      ZS_ASSIGN_OR_RETURN(TpTransformerBlock block,
+                          TpTransformerBlock::Create(1 + l, 0, g.hidden, g.heads, options));
+      blocks.push_back(std::move(block));
+    }
   }
-  return std::unique_ptr<TpGpt>(
-      new TpGpt(config, tp, tracker, std::move(full), std::move(wte), std::move(blocks)));
+  const int ep_size = config.moe.enabled() && ep != nullptr ? ep->size() : 1;
+  return std::unique_ptr<TpGpt>(new TpGpt(config, tp, tracker, std::move(full), std::move(wte),
+                                          std::move(blocks), ep_size));
 }
 
 TpGpt::TpGpt(const TpGptConfig& config, Communicator& tp, MemoryTracker* tracker,
              std::unique_ptr<nn::Gpt> full, VocabParallelEmbedding wte,
-             std::vector<TpTransformerBlock> blocks)
+             std::vector<TpTransformerBlock> blocks, int ep_size)
     : config_(config),
       tp_(tp),
       tp_options_(TpOptions::Of(tp, config.sequence_parallel)),
@@ -51,7 +67,9 @@ TpGpt::TpGpt(const TpGptConfig& config, Communicator& tp, MemoryTracker* tracker
       full_(std::move(full)),
       wte_(std::move(wte)),
       blocks_(std::move(blocks)),
-      ln_f_(config.gpt.layers + 1, 0, config.gpt.hidden, tp_options_) {
+      ln_f_(config.moe.enabled() ? 2 * config.gpt.layers + 1 : config.gpt.layers + 1, 0,
+            config.gpt.hidden, tp_options_) {
+  ep_size_ = ep_size;
   const nn::GptConfig& g = config.gpt;
   std::vector<std::pair<std::string, std::vector<TpModuleParam>>> units;
   std::vector<TpModuleParam> embed = wte_.params("wte.");
@@ -61,6 +79,16 @@ TpGpt::TpGpt(const TpGptConfig& config, Communicator& tp, MemoryTracker* tracker
   units.emplace_back("embed", std::move(embed));
   for (int l = 0; l < g.layers; ++l) {
     units.emplace_back(fmt::format("block.{}", l), blocks_[l].params(""));
+    if (blocks_[l].has_experts()) {
+      std::vector<TpModuleParam> moe;
+      for (const nn::ModuleParam& p : blocks_[l].moe_params()) {
+        TpModuleParam tp_param = MakeTpParam(p, TpParamLayout::Replicated(p.spec.shape), 1);
+        // Everything but the router (param 0) is an expert's, held by one ep rank.
+        tp_param.spec.expert_parallel = !moe.empty();
+        moe.push_back(std::move(tp_param));
+      }
+      units.emplace_back(fmt::format("block.{}.moe", l), std::move(moe));
+    }
   }
   units.emplace_back("head", ln_f_.params("ln_f."));
   for (auto& [name, params] : units) {
@@ -73,6 +101,9 @@ TpGpt::TpGpt(const TpGptConfig& config, Communicator& tp, MemoryTracker* tracker
     spec_.units.push_back(std::move(unit));
     layouts_.push_back(std::move(layouts));
   }
+  block_act_.resize(g.layers);
+  x_.resize(g.layers + 1);
+  if (config.moe.enabled()) return;  // the experts replace nn::Gpt's MLPs: no mirror
   // The tp spec mirrors nn::Gpt's: same units, same parameter names in the same order.
   const ModelSpec& f = full_->spec();
   ZS_CHECK(f.units.size() == spec_.units.size(), "tp spec has {} units, nn {}", spec_.units.size(),
@@ -88,8 +119,43 @@ TpGpt::TpGpt(const TpGptConfig& config, Communicator& tp, MemoryTracker* tracker
                f.units[u].params[p].name);
     }
   }
-  block_act_.resize(g.layers);
-  x_.resize(g.layers + 1);
+}
+
+std::vector<int> TpGpt::LayerUnits(int layer) const {
+  ZS_CHECK(layer >= 0 && layer < config_.gpt.layers, "no layer {}", layer);
+  if (has_experts()) return {block_unit(layer), moe_unit(layer)};
+  return {block_unit(layer)};
+}
+
+std::vector<int> TpGpt::SegmentUnits(int segment) const {
+  ZS_CHECK(segment >= 0 && segment < num_segments(), "no segment {}", segment);
+  if (segment == 0) return {kEmbedUnit};
+  if (segment == num_segments() - 1) return {head_unit()};
+  return LayerUnits(segment - 1);
+}
+
+std::vector<double> TpGpt::SegmentCosts() const {
+  std::vector<double> costs;
+  for (int seg = 0; seg < num_segments(); ++seg) {
+    double cost = 0;
+    for (int u : SegmentUnits(seg)) {
+      for (int p = 0; p < int(spec_.units[size_t(u)].params.size()); ++p) {
+        const ParamSpec& ps = spec_.units[size_t(u)].params[size_t(p)];
+        // The whole model's count: a tp shard times tp; an ep rank's experts times ep.
+        double n = double(layouts_[size_t(u)][size_t(p)].full_numel());
+        if (ps.expert_parallel) n *= ep_size_;
+        cost += n;
+      }
+    }
+    costs.push_back(cost);
+  }
+  return costs;
+}
+
+int64_t TpGpt::full_numel() const {
+  double total = 0;
+  for (double c : SegmentCosts()) total += c;
+  return int64_t(total);
 }
 
 TpGpt::~TpGpt() {
@@ -109,7 +175,35 @@ VocabShard TpGpt::vocab_shard() const {
   return VocabShard::Of(config_.gpt.vocab, tp_options_.size, tp_options_.rank);
 }
 
-ParamInit TpGpt::Init(uint64_t seed) const { return ShardInit(full_->Init(seed)); }
+ParamInit TpGpt::Init(uint64_t seed) const {
+  if (!has_experts()) return ShardInit(full_->Init(seed));
+  // Dense units take nn::Gpt's values (a block unit's params are nn's block's first ones);
+  // expert units draw by (layer, global parameter index), whatever the ep size.
+  const int layers = config_.gpt.layers;
+  const float residual_std = nn::Gpt::kInitStd / std::sqrt(2.0f * float(layers));
+  std::vector<int> first_expert(static_cast<size_t>(layers));
+  for (int l = 0; l < layers; ++l) {
+    first_expert[size_t(l)] = blocks_[size_t(l)].moe()->first_expert();
+  }
+  // tp is 1 with experts (TpTransformerBlock::CreateMoe), so nn's values need no slicing.
+  return [dense = full_->Init(seed), seed, layers, residual_std, first_expert](
+             int unit, int param, std::span<float> values) {
+    if (unit == 0) return dense(0, param, values);
+    if (unit == 2 * layers + 1) return dense(layers + 1, param, values);
+    const int layer = (unit - 1) / 2;
+    if ((unit - 1) % 2 == 0) return dense(1 + layer, param, values);
+    // block.<layer>.moe: 0 router, then 4 per local expert (fc.weight, fc.bias, proj.weight,
+    // proj.bias).
+    const int global = param == 0 ? 0 : 1 + 4 * first_expert[size_t(layer)] + (param - 1);
+    const int which = param == 0 ? -1 : (param - 1) % 4;
+    if (which == 1 || which == 3) {
+      std::fill(values.begin(), values.end(), 0.0f);
+      return;
+    }
+    nn::FillNormal(seed, 100000 + layer, global, which == 2 ? residual_std : nn::Gpt::kInitStd,
+                   values);
+  };
+}
 
 ParamInit TpGpt::ShardInit(ParamInit full_init) const {
   return [layouts = layouts_, options = tp_options_, full_init = std::move(full_init)](
@@ -318,9 +412,10 @@ StatusOr<float> TpGpt::RunForward(UnitAccess& access, std::span<const int32_t> t
   ZS_RETURN_IF_ERROR(access.EndForward(kEmbedUnit));
 
   for (int l = 0; l < layers; ++l) {
-    ZS_RETURN_IF_ERROR(access.BeginForward(block_unit(l)));
+    const std::vector<int> units = LayerUnits(l);
+    for (int u : units) ZS_RETURN_IF_ERROR(access.BeginForward(u));
     ZS_RETURN_IF_ERROR(BlockForward(l, access, x_[l], batch, seq, block_act_[l], x_[l + 1]));
-    ZS_RETURN_IF_ERROR(access.EndForward(block_unit(l)));
+    for (auto u = units.rbegin(); u != units.rend(); ++u) ZS_RETURN_IF_ERROR(access.EndForward(*u));
   }
 
   ZS_RETURN_IF_ERROR(access.BeginForward(head_unit()));
@@ -346,9 +441,12 @@ Status TpGpt::RunBackward(UnitAccess& access) {
 
   // dx_b_ holds d/d(output of block l); each block writes d/d(its input) into dx_a_.
   for (int l = config_.gpt.layers - 1; l >= 0; --l) {
-    ZS_RETURN_IF_ERROR(access.BeginBackward(block_unit(l)));
+    const std::vector<int> units = LayerUnits(l);
+    for (int u : units) ZS_RETURN_IF_ERROR(access.BeginBackward(u));
     ZS_RETURN_IF_ERROR(BlockBackward(l, access, x_[l], dx_b_, block_act_[l], dx_a_));
-    ZS_RETURN_IF_ERROR(access.EndBackward(block_unit(l)));
+    for (auto u = units.rbegin(); u != units.rend(); ++u) {
+      ZS_RETURN_IF_ERROR(access.EndBackward(*u));
+    }
     dx_a_.swap(dx_b_);
   }
 

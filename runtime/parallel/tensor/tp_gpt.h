@@ -4,7 +4,10 @@
 //
 // Contract
 // - Gather units are exactly nn::Gpt's: the same units, names, parameter order and parameter
-//   names, with this rank's local shapes and ParamSpec::tensor_parallel set per parameter:
+//   names, with this rank's local shapes and ParamSpec::tensor_parallel set per parameter
+//   (with experts, each "block.i" loses its mlp.* and is followed by "block.i.moe": the
+//   router, replicated, then this ep rank's experts, ParamSpec::expert_parallel; tp must be 1;
+//   Init draws the experts by their global index, so any ep size starts from the same model):
 //     unit 0        "embed"   wte.weight [Vp/tp, H] (tp), wpe.weight [T, H] (replicated)
 //     units 1..L    "block.i" ln1.* (repl.), attn.qkv.* [3H/tp, H], [3H/tp] (tp),
 //                             attn.proj.weight [H, H/tp] (tp), attn.proj.bias (repl.), ln2.*
@@ -70,9 +73,20 @@
 
 namespace zs::tp {
 
+// Experts in every block (runtime/parallel/expert): the MLP becomes a MoeMlp of `experts`
+// experts, each GPT's MLP shape (F = 4H), over the ep communicator given to Create.
+struct TpMoeOptions {
+  int experts = 0;  // 0: the dense GPT
+  int top_k = 2;
+  double capacity_factor = 1.25;
+  float aux_loss_coef = 0.01f;
+  bool enabled() const { return experts > 0; }
+};
+
 struct TpGptConfig {
   nn::GptConfig gpt;
   bool sequence_parallel = false;
+  TpMoeOptions moe;
 };
 
 // The embedding part's activations (token and position embeddings).
@@ -96,8 +110,10 @@ struct TpHeadActivations {
 
 class TpGpt {
  public:
+  // `ep` (borrowed; experts only; null = one rank holding every expert) must outlive the model.
   static StatusOr<std::unique_ptr<TpGpt>> Create(const TpGptConfig& config, Communicator& tp,
-                                                 MemoryTracker* tracker = nullptr);
+                                                 MemoryTracker* tracker = nullptr,
+                                                 Communicator* ep = nullptr);
   ~TpGpt();
   TpGpt(const TpGpt&) = delete;
   TpGpt& operator=(const TpGpt&) = delete;
@@ -105,7 +121,8 @@ class TpGpt {
   const TpGptConfig& config() const { return config_; }
   const TpOptions& tp_options() const { return tp_options_; }
   const ModelSpec& spec() const { return spec_; }               // this rank's local shapes
-  const ModelSpec& full_spec() const { return full_->spec(); }  // nn::Gpt's
+  // nn::Gpt's (with experts: the dense model whose MLPs the experts replace).
+  const ModelSpec& full_spec() const { return full_->spec(); }
   const TpParamLayout& layout(int unit, int param) const;
   int64_t padded_vocab() const { return wte_.padded_vocab(); }
   VocabShard vocab_shard() const;
@@ -116,8 +133,22 @@ class TpGpt {
   ParamInit ShardInit(ParamInit full_init) const;
 
   static constexpr int kEmbedUnit = 0;
-  int block_unit(int layer) const { return 1 + layer; }
-  int head_unit() const { return config_.gpt.layers + 1; }
+  bool has_experts() const { return config_.moe.enabled(); }
+  int block_unit(int layer) const { return has_experts() ? 1 + 2 * layer : 1 + layer; }
+  // Experts: unit "block.i.moe" (the router, then this ep rank's experts), right after
+  // "block.i" (ln1, attn, ln2); -1 without experts.
+  int moe_unit(int layer) const { return has_experts() ? 2 + 2 * layer : -1; }
+  int head_unit() const { return int(spec_.units.size()) - 1; }
+  // The units a layer's brackets cover: {block} or {block, moe}.
+  std::vector<int> LayerUnits(int layer) const;
+  // [Note: segments] What a pipeline chunk holds: segment 0 the embedding, 1..L the layers,
+  // L+1 the head. SegmentUnits lists a segment's units; SegmentCosts the whole model's
+  // parameter count per segment (every expert counted), the partitioner's default cost.
+  int num_segments() const { return config_.gpt.layers + 2; }
+  std::vector<int> SegmentUnits(int segment) const;
+  std::vector<double> SegmentCosts() const;
+  // Parameters of the whole model (every tp shard and every expert once).
+  int64_t full_numel() const;
 
   // ---- the parts ----
   Status EmbeddingForward(UnitAccess& access, std::span<const int32_t> tokens, int64_t batch,
@@ -152,7 +183,7 @@ class TpGpt {
  private:
   TpGpt(const TpGptConfig& config, Communicator& tp, MemoryTracker* tracker,
         std::unique_ptr<nn::Gpt> full, VocabParallelEmbedding wte,
-        std::vector<TpTransformerBlock> blocks);
+        std::vector<TpTransformerBlock> blocks, int ep_size);
   Status CheckTokens(std::string_view what, std::span<const int32_t> ids, int64_t batch,
                      int64_t seq) const;
   Status CheckRows(std::string_view what, size_t floats, int64_t rows) const;
@@ -171,6 +202,7 @@ class TpGpt {
   std::unique_ptr<nn::Gpt> full_;  // the unsplit model: its spec and Init
   ModelSpec spec_;
   std::vector<std::vector<TpParamLayout>> layouts_;  // [unit][param]
+  int ep_size_ = 1;
   VocabParallelEmbedding wte_;
   std::vector<TpTransformerBlock> blocks_;
   TpLayerNorm ln_f_;

@@ -1,5 +1,7 @@
 #include "runtime/parallel/tensor/tp_transformer_block.h"
 
+#include <fmt/format.h>
+
 #include <string>
 
 namespace zs::tp {
@@ -10,7 +12,7 @@ int64_t TpBlockActivations::bytes() const {
                                       &ln2_rstd, &scratch_a, &scratch_b}) {
     floats += v->capacity();
   }
-  return static_cast<int64_t>(floats * sizeof(float)) + attn.bytes() + mlp.bytes();
+  return static_cast<int64_t>(floats * sizeof(float)) + attn.bytes() + mlp.bytes() + moe.bytes();
 }
 
 StatusOr<TpTransformerBlock> TpTransformerBlock::Create(int unit, int first_param, int64_t hidden,
@@ -20,27 +22,90 @@ StatusOr<TpTransformerBlock> TpTransformerBlock::Create(int unit, int first_para
   const int ln2 = first_param + 2 + attn.num_params();
   ZS_ASSIGN_OR_RETURN(TpMlp mlp, TpMlp::Create(unit, ln2 + 2, hidden, tp));
   return TpTransformerBlock(hidden, tp, TpLayerNorm(unit, first_param, hidden, tp), std::move(attn),
-                            TpLayerNorm(unit, ln2, hidden, tp), std::move(mlp));
+                            TpLayerNorm(unit, ln2, hidden, tp), std::move(mlp), std::nullopt,
+                            nullptr, -1);
+}
+
+StatusOr<TpTransformerBlock> TpTransformerBlock::CreateMoe(int unit, int first_param,
+                                                           int moe_unit, int64_t hidden,
+                                                           int64_t heads, const TpOptions& tp,
+                                                           const MoeConfig& moe,
+                                                           Communicator* ep) {
+  if (tp.size != 1) {
+    return UnimplementedError(fmt::format(
+        "experts with tensor parallelism (tp {}): not implemented; use tp 1 with experts",
+        tp.size));
+  }
+  ZS_ASSIGN_OR_RETURN(TpAttention attn,
+                      TpAttention::Create(unit, first_param + 2, hidden, heads, tp));
+  const int ln2 = first_param + 2 + attn.num_params();
+  ZS_ASSIGN_OR_RETURN(MoeMlp mlp, MoeMlp::Create(moe_unit, 0, moe, ep));
+  return TpTransformerBlock(hidden, tp, TpLayerNorm(unit, first_param, hidden, tp), std::move(attn),
+                            TpLayerNorm(unit, ln2, hidden, tp), std::nullopt, std::move(mlp), ep,
+                            moe_unit);
 }
 
 TpTransformerBlock::TpTransformerBlock(int64_t hidden, const TpOptions& tp, TpLayerNorm ln1,
-                                       TpAttention attn, TpLayerNorm ln2, TpMlp mlp)
+                                       TpAttention attn, TpLayerNorm ln2,
+                                       std::optional<TpMlp> mlp, std::optional<MoeMlp> moe,
+                                       Communicator* ep, int moe_unit)
     : hidden_(hidden),
       tp_(tp),
       ln1_(std::move(ln1)),
       attn_(std::move(attn)),
       ln2_(std::move(ln2)),
-      mlp_(std::move(mlp)) {}
+      mlp_(std::move(mlp)),
+      moe_(std::move(moe)),
+      ep_(ep),
+      moe_unit_(moe_unit) {}
+
+std::vector<nn::ModuleParam> TpTransformerBlock::moe_params() const {
+  return moe_ ? moe_->params("moe.") : std::vector<nn::ModuleParam>{};
+}
+
+Status TpTransformerBlock::MlpForward(UnitAccess& access, Communicator& tp,
+                                      TpBlockActivations& act, TpScratch& scratch, int64_t rows,
+                                      float* y) const {
+  if (mlp_) return mlp_->Forward(access, tp, act.ln2_out.data(), rows, act.mlp, scratch, y);
+  return moe_->Forward(access, act.ln2_out.data(), rows, y, act.moe);
+}
+
+Status TpTransformerBlock::MlpBackward(UnitAccess& access, Communicator& tp, const float* dy,
+                                       TpBlockActivations& act, TpScratch& scratch,
+                                       float* dx) const {
+  if (mlp_) return mlp_->Backward(access, tp, act.ln2_out.data(), dy, act.mlp, scratch, dx);
+  if (ep_ == nullptr || ep_->size() == 1) {
+    return moe_->Backward(access, act.ln2_out.data(), dy, dx, act.moe);
+  }
+  // The router's gradient from this micro-batch is this rank's tokens' part; every ep rank
+  // holds the router alike, so each must add the sum over the ep group (the expert engine then
+  // sums its edp group). Grad() may already hold earlier micro-batches' sums (a pipeline's
+  // per-step accumulation), so only this call's contribution is reduced.
+  std::span<float> router = access.Grad(moe_unit_, 0);
+  act.router_grad.assign(router.begin(), router.end());
+  ZS_RETURN_IF_ERROR(moe_->Backward(access, act.ln2_out.data(), dy, dx, act.moe));
+  for (size_t i = 0; i < router.size(); ++i) {
+    const float before = act.router_grad[i];
+    act.router_grad[i] = router[i] - before;  // this micro-batch's part
+    router[i] = before;
+  }
+  ZS_RETURN_IF_ERROR(ep_->AllReduce(act.router_grad.data(), act.router_grad.data(),
+                                    act.router_grad.size(), DType::kF32, ReduceOp::kSum)
+                         .WithContext("summing the router gradient over the ep group"));
+  for (size_t i = 0; i < router.size(); ++i) router[i] += act.router_grad[i];
+  return OkStatus();
+}
 
 int TpTransformerBlock::num_params() const {
-  return ln1_.num_params() + attn_.num_params() + ln2_.num_params() + mlp_.num_params();
+  return ln1_.num_params() + attn_.num_params() + ln2_.num_params() +
+         (mlp_ ? mlp_->num_params() : 0);
 }
 
 std::vector<TpModuleParam> TpTransformerBlock::params(std::string_view prefix) const {
   const std::string p(prefix);
   std::vector<TpModuleParam> out;
   for (auto&& part : {ln1_.params(p + "ln1."), attn_.params(p + "attn."), ln2_.params(p + "ln2."),
-                      mlp_.params(p + "mlp.")}) {
+                      mlp_ ? mlp_->params(p + "mlp.") : std::vector<TpModuleParam>{}}) {
     out.insert(out.end(), part.begin(), part.end());
   }
   return out;
@@ -69,7 +134,7 @@ Status TpTransformerBlock::Forward(UnitAccess& access, Communicator& tp, const f
   for (int64_t i = 0; i < n; ++i) act.x1[i] = x[i] + branch[i];
   ln2_.Forward(access, act.x1.data(), local, act.ln2_out.data(), act.ln2_mean.data(),
                act.ln2_rstd.data());
-  ZS_RETURN_IF_ERROR(mlp_.Forward(access, tp, act.ln2_out.data(), rows, act.mlp, scratch, branch));
+  ZS_RETURN_IF_ERROR(MlpForward(access, tp, act, scratch, rows, branch));
   for (int64_t i = 0; i < n; ++i) y[i] = act.x1[i] + branch[i];
   return OkStatus();
 }
@@ -84,7 +149,7 @@ Status TpTransformerBlock::Backward(UnitAccess& access, Communicator& tp, const 
   float* a = act.scratch_a.data();
   float* b = act.scratch_b.data();
   // y = x1 + mlp(ln2(x1)): dx1 = dy + ln2'(mlp'(dy)), kept in dx.
-  ZS_RETURN_IF_ERROR(mlp_.Backward(access, tp, act.ln2_out.data(), dy, act.mlp, scratch, a));
+  ZS_RETURN_IF_ERROR(MlpBackward(access, tp, dy, act, scratch, a));
   ZS_RETURN_IF_ERROR(ln2_.Backward(access, tp, act.x1.data(), act.ln2_mean.data(),
                                    act.ln2_rstd.data(), a, local, b, scratch));
   for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] + b[i];

@@ -17,9 +17,16 @@
 //   Backward (recompute): Forward is deterministic. The collectives work in the caller's
 //   TpScratch (tp_scratch.h), shared by every layer and micro-batch of the rank.
 // - Blocks the calling thread in the tp collectives; every tp rank calls in the same order.
+// - Experts (CreateMoe): the MLP is a MoeMlp (runtime/parallel/expert/moe_mlp.h) whose
+//   parameters are unit `moe_unit`'s (router, then this ep rank's experts): the caller holds
+//   both units' brackets. Tensor parallelism must then be 1 (each tp rank would compute the
+//   same experts). The block adds nothing to the loss itself: MoeMlp's Backward seeds its
+//   load-balancing loss; after it, the router's gradient (each ep rank's tokens' part) is
+//   summed over the ep group, so every ep rank holds the same router gradient.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -28,6 +35,7 @@
 #include "runtime/model/unit_access.h"
 #include "runtime/parallel/tensor/tp_attention.h"
 #include "runtime/parallel/tensor/tp_layer_norm.h"
+#include "runtime/parallel/expert/moe_mlp.h"
 #include "runtime/parallel/tensor/tp_mlp.h"
 #include "runtime/parallel/tensor/tp_options.h"
 
@@ -41,6 +49,8 @@ struct TpBlockActivations {
   std::vector<float> ln2_out, ln2_mean, ln2_rstd;
   TpAttentionActivations attn;
   TpMlpActivations mlp;
+  MoeActivations moe;               // experts only
+  std::vector<float> router_grad;   // experts: backward scratch [E, H]
   // Scratch: branch outputs and their gradients [local_rows, H].
   std::vector<float> scratch_a, scratch_b;
   int64_t bytes() const;
@@ -51,6 +61,16 @@ class TpTransformerBlock {
   // InvalidArgument naming the size and tp for heads (or the MLP width) not divisible by tp.
   static StatusOr<TpTransformerBlock> Create(int unit, int first_param, int64_t hidden,
                                              int64_t heads, const TpOptions& tp);
+  // The MLP as experts: ln1, attn, ln2 are params first_param.. of `unit`; the MoeMlp's are
+  // params 0.. of `moe_unit`. `ep` (borrowed; null = one rank with every expert).
+  static StatusOr<TpTransformerBlock> CreateMoe(int unit, int first_param, int moe_unit,
+                                                int64_t hidden, int64_t heads,
+                                                const TpOptions& tp, const MoeConfig& moe,
+                                                Communicator* ep);
+  bool has_experts() const { return moe_.has_value(); }
+  // The MoeMlp's parameters (experts only), names prefixed "moe.".
+  std::vector<nn::ModuleParam> moe_params() const;
+  const MoeMlp* moe() const { return moe_ ? &*moe_ : nullptr; }
 
   int num_params() const;
   std::vector<TpModuleParam> params(std::string_view prefix) const;
@@ -62,14 +82,22 @@ class TpTransformerBlock {
 
  private:
   TpTransformerBlock(int64_t hidden, const TpOptions& tp, TpLayerNorm ln1, TpAttention attn,
-                     TpLayerNorm ln2, TpMlp mlp);
+                     TpLayerNorm ln2, std::optional<TpMlp> mlp, std::optional<MoeMlp> moe,
+                     Communicator* ep, int moe_unit);
+  Status MlpForward(UnitAccess& access, Communicator& tp, TpBlockActivations& act,
+                    TpScratch& scratch, int64_t rows, float* y) const;
+  Status MlpBackward(UnitAccess& access, Communicator& tp, const float* dy,
+                     TpBlockActivations& act, TpScratch& scratch, float* dx) const;
 
   int64_t hidden_;
   TpOptions tp_;
   TpLayerNorm ln1_;
   TpAttention attn_;
   TpLayerNorm ln2_;
-  TpMlp mlp_;
+  std::optional<TpMlp> mlp_;  // exactly one of mlp_ and moe_
+  std::optional<MoeMlp> moe_;
+  Communicator* ep_ = nullptr;
+  int moe_unit_ = -1;
 };
 
 }  // namespace zs::tp
