@@ -13,7 +13,9 @@
 // (pipeline_runner.h, MeasuredBubbleFraction: time the ranks spent outside Forward/Backward)
 // against the formula (p-1)/(m+p-1) (GPipe, 1F1B) or ((p-1)/v)/(m+(p-1)/v) (interleaved, v=2),
 // and each schedule's peak activation bytes on the first stage (which holds the most in
-// flight), with `activations_vs_gpipe` against GPipe measured in the same iteration.
+// flight), with `activations_vs_gpipe` against GPipe measured in the same iteration, and
+// `held_vs_gpipe`, the same for what the micro-batches in flight hold (without the chunk's fixed
+// scratch), against `held_goal` = 1/m + one micro-batch (1/m).
 //
 //   build/bin/bench_parallel --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
@@ -48,6 +50,7 @@ struct Measured {
   std::vector<double> bubble;             // per timed step, over the pp ranks of dp group 0
   std::vector<MemorySnapshot> memory;     // per rank
   std::vector<int64_t> activation_peaks;  // per rank: the pipeline chunks' own peak
+  std::vector<int64_t> micro_batch_peaks;  // per rank: the same without fixed scratch
 };
 
 double Median(std::vector<double> v) {
@@ -66,6 +69,7 @@ Status Run(const GridRun& g, Measured& out) {
   // [timed step][pp rank] of dp group 0, tp rank 0.
   std::vector<std::vector<PipelineStepResult>> steps(kTimed, std::vector<PipelineStepResult>(g.pp));
   out.activation_peaks.assign(size_t(world), 0);
+  out.micro_batch_peaks.assign(size_t(world), 0);
   CommOptions options;
   Status status = RunLocalRanks(
       world, options,
@@ -112,6 +116,7 @@ Status Run(const GridRun& g, Measured& out) {
         std::lock_guard<std::mutex> lock(mu);
         if (rank == 0) out.step_seconds = times;
         out.activation_peaks[size_t(rank)] = model->activation_peak_bytes();
+        out.micro_batch_peaks[size_t(rank)] = model->micro_batch_peak_bytes();
         return OkStatus();
       },
       &out.memory);
@@ -176,7 +181,7 @@ void BM_Bubble(benchmark::State& state) {
   const int p = 2, v = kind == ScheduleKind::kInterleaved ? 2 : 1, m = kMicroBatches;
   const GridRun g{1, p, 1, kind, v};
   const GridRun gpipe{1, p, 1, ScheduleKind::kGPipe, 1};
-  std::vector<double> bubbles, ratios;
+  std::vector<double> bubbles, ratios, held_ratios;
   int64_t activations = 0;
   for (auto _ : state) {
     Measured base, mine;
@@ -186,6 +191,7 @@ void BM_Bubble(benchmark::State& state) {
     bubbles.push_back(Median(mine.bubble));
     activations = mine.activation_peaks[0];  // pp rank 0 holds the most in flight
     ratios.push_back(double(mine.activation_peaks[0]) / double(base.activation_peaks[0]));
+    held_ratios.push_back(double(mine.micro_batch_peaks[0]) / double(base.micro_batch_peaks[0]));
   }
   const double formula = kind == ScheduleKind::kInterleaved
                              ? (double(p - 1) / v) / (m + double(p - 1) / v)
@@ -195,6 +201,10 @@ void BM_Bubble(benchmark::State& state) {
   state.counters["bubble_vs_formula"] = Median(bubbles) / formula;
   state.counters["stage0_activation_bytes"] = double(activations);
   state.counters["activations_vs_gpipe"] = Median(ratios);
+  // What the micro-batches in flight hold, without the chunk's fixed scratch: GPipe keeps m,
+  // 1F1B at most p on the first stage (the goal: at most 1/m of GPipe's plus one micro-batch).
+  state.counters["held_vs_gpipe"] = Median(held_ratios);
+  state.counters["held_goal"] = 1.0 / m + 1.0 / m;
   state.SetLabel(fmt::format("{}, p={} m={} v={}", ScheduleKindName(kind), p, m, v));
 }
 BENCHMARK(BM_Bubble)

@@ -15,6 +15,7 @@
 
 #include "optimizers/state_codec.h"
 #include "runtime/base/check.h"
+#include "runtime/comm/all_gather_scalar.h"
 #include "runtime/engine/zero_engine_impl.h"
 
 namespace zs {
@@ -386,190 +387,6 @@ int64_t ZeroEngine::Impl::MicroBatchesPending() const {
   return units_.empty() ? 0 : n;
 }
 
-StatusOr<std::vector<double>> ZeroEngine::Impl::AllGatherDouble(Communicator& comm,
-                                                                double local) {
-  // The Communicator moves f32 elements; a double is two of them, copied bit for bit.
-  std::vector<double> all(size_t(comm.size()), 0.0);
-  all[size_t(comm.rank())] = local;
-  ZS_RETURN_IF_ERROR(comm.AllGather(&all[size_t(comm.rank())], all.data(), 2, DType::kF32));
-  return all;
-}
-
-double ZeroEngine::Impl::ShardSumSquares(double inv_scale) const {
-  const int rank = dp_.rank();
-  const size_t elem = DTypeSize(dtype_);
-  // Off tp rank 0, the parameters every tp rank holds whole are skipped: tp rank 0 counts them;
-  // likewise off ep rank 0 the parameters every ep rank holds alike.
-  const bool skip_tp = parallel_.tp_rank != 0, skip_ep = parallel_.ep_rank != 0;
-  auto skipped = [&](const ParamSpec& p) {
-    return (skip_tp && !p.tensor_parallel) || (skip_ep && !p.expert_parallel);
-  };
-  double sum_squares = 0.0;
-  for (size_t u = 0; u < units_.size(); ++u) {
-    const UnitState& s = units_[u];
-    const int64_t shard_begin = s.layout.ShardRangeInUnit(rank).begin.value();
-    const int64_t shard_end = shard_begin + s.layout.shard_size();
-    const char* g = s.grads.data_as<const char>() + (shard_begin - s.grad_base) * elem;
-    // The shard's elements in ascending order, minus the skipped parameters' ranges (those are
-    // ascending too), so that with nothing skipped the sum runs exactly as a plain loop.
-    int64_t next = shard_begin;
-    auto add_until = [&](int64_t end) {
-      for (int64_t i = next; i < end; ++i) {
-        const double x = double(LoadAsFloat(g, dtype_, size_t(i - shard_begin))) * inv_scale;
-        sum_squares += x * x;
-      }
-    };
-    if (skip_tp || skip_ep) {
-      for (int p = 0; p < s.layout.num_params(); ++p) {
-        if (!skipped(model_.units[u].params[size_t(p)])) continue;
-        const UnitRange r = s.layout.ParamRangeInUnit(p);
-        const int64_t b = std::clamp(r.begin.value(), shard_begin, shard_end);
-        const int64_t e = std::clamp(r.begin.value() + r.size(), shard_begin, shard_end);
-        if (b >= e) continue;
-        add_until(b);
-        next = e;
-      }
-    }
-    add_until(shard_end);
-  }
-  return sum_squares;
-}
-
-Status ZeroEngine::Impl::ReduceAccumulatedGradients() {
-  // Reverse unit order, as backward would have handed them over.
-  for (int u = int(units_.size()) - 1; u >= 0; --u) {
-    UnitState& s = units_[size_t(u)];
-    const std::string& name = model_.units[size_t(u)].name;
-    if (s.phase != UnitPhase::kBackward || s.open > 0 || s.backward_done != s.forward_uses) {
-      return FailedPreconditionError(fmt::format(
-          "Step(): unit '{}' has forward uses {}, backward brackets done {} and open {} this "
-          "step; every forward needs its backward before Step() (reduce_per_step)",
-          name, s.forward_uses, s.backward_done, s.open));
-    }
-    Status status;
-    {
-      TraceRecorder::Span span = Traced(track_reduce_, "reduce", name);
-      status = reducer_->ReduceUnit(u, s.grad_staging.data_as<float>(), s.grads.data(),
-                                    /*accumulate=*/false);
-    }
-    s.grad_staging.Reset();
-    s.reduced = config_.gradient_accumulation_steps;
-    s.forward_uses = 0;
-    s.backward_done = 0;
-    MoveUnit(u, UnitPhase::kIdle);
-    if (!status.ok()) {
-      return Status(status.code(), fmt::format("reducing the gradient of unit '{}': {}", name,
-                                               status.message()));
-    }
-  }
-  return OkStatus();
-}
-
-StatusOr<double> ZeroEngine::Impl::PrepareStep() {
-  ZS_CHECK(!prepared_, "PrepareStep() twice without FinishStep()");
-  step_start_ = std::chrono::steady_clock::now();
-  TraceRecorder::Span span = Traced(track_step_, "prepare step");
-  if (parallel_.reduce_per_step) ZS_RETURN_IF_ERROR(ReduceAccumulatedGradients());
-  {
-    TraceRecorder::Span finish = Traced(track_reduce_, "finish reductions");
-    ZS_RETURN_IF_ERROR(reducer_->Finish());
-  }
-  const int64_t ga = config_.gradient_accumulation_steps;
-  for (size_t u = 0; u < units_.size(); ++u) {
-    const UnitState& s = units_[u];
-    if (s.reduced != ga || s.open > 0 || s.phase != UnitPhase::kIdle) {
-      return FailedPreconditionError(fmt::format(
-          "Step(): unit '{}' completed {} micro-batches (forward brackets open: {}, forward uses "
-          "without backward: {}); gradient_accumulation_steps is {}",
-          model_.units[u].name, s.reduced, s.open, s.forward_uses, ga));
-    }
-  }
-  // A non-finite square anywhere makes the total non-finite on every rank (fp16 overflow).
-  const double inv_scale = 1.0 / double(scaler_.scale());
-  ZS_ASSIGN_OR_RETURN(std::vector<double> partials, AllGatherDouble(ShardSumSquares(inv_scale)));
-  double total = 0.0;
-  for (double p : partials) total += p;  // rank order, the same on every rank and stage
-  prepared_ = true;
-  return total;
-}
-
-StatusOr<StepResult> ZeroEngine::Impl::Step() {
-  ZS_ASSIGN_OR_RETURN(double total, PrepareStep());
-  if (parallel_.model_parallel != nullptr && parallel_.model_parallel->size() > 1) {
-    ZS_ASSIGN_OR_RETURN(std::vector<double> replica,
-                        AllGatherDouble(*parallel_.model_parallel, total));
-    total = 0.0;
-    for (double p : replica) total += p;  // model-parallel rank order
-  }
-  return FinishStep(total);
-}
-
-StatusOr<StepResult> ZeroEngine::Impl::FinishStep(double total) {
-  using Clock = std::chrono::steady_clock;
-  auto seconds = [](Clock::time_point t) {
-    return std::chrono::duration<double>(Clock::now() - t).count();
-  };
-  ZS_CHECK(prepared_, "FinishStep() without PrepareStep()");
-  prepared_ = false;
-  const Clock::time_point step_start = step_start_;
-  TraceRecorder::Span step_span = Traced(track_step_, "step");
-  StepResult result;
-  result.loss_scale = scaler_.scale();
-  const double inv_scale = 1.0 / double(scaler_.scale());
-  bool overflow = false;
-  result.grad_norm = std::sqrt(total);
-  if (config_.fp16.enabled) overflow = !std::isfinite(total);
-
-  if (gatherer_ != nullptr) ZS_RETURN_IF_ERROR(gatherer_->EndStep());
-  if (overflow) {
-    scaler_.Update(true);
-    for (UnitState& s : units_) s.reduced = 0;
-    if (param_store_ != nullptr) param_store_->EndPass();  // the gathers' pass ends here too
-    result.skipped = true;
-    result.step = step_;
-    return result;
-  }
-  const double clip = config_.gradient_clipping;
-  if (clip > 0 && result.grad_norm > clip) result.clip_coef = clip / (result.grad_norm + 1e-6);
-  const float grad_scale = float(inv_scale * result.clip_coef);
-  result.lr = schedule_->At(step_);
-
-  for (UnitState& s : units_) s.reduced = 0;
-  const ShardStoreStats store_before = states_->stats();
-  const TileCopyStats copy_before = copies_->stats();
-  const Clock::time_point tiles_start = Clock::now();
-  result.times.collective_seconds = std::chrono::duration<double>(tiles_start - step_start).count();
-  ZS_RETURN_IF_ERROR(StepTiles(Hyper(result.lr), grad_scale));
-  {
-    const ShardStoreStats& st = states_->stats();
-    const TileCopyStats& ct = copies_->stats();
-    StepTimes& t = result.times;
-    t.copy_wait_seconds = ct.wait_seconds - copy_before.wait_seconds;
-    t.nvme_read_wait_seconds = st.read_wait_seconds - store_before.read_wait_seconds;
-    t.nvme_write_wait_seconds = st.write_wait_seconds - store_before.write_wait_seconds;
-    t.optimizer_seconds = seconds(tiles_start) - t.copy_wait_seconds - t.nvme_read_wait_seconds -
-                          t.nvme_write_wait_seconds;
-    t.device_to_host_bytes = ct.device_to_host_bytes - copy_before.device_to_host_bytes;
-    t.host_to_device_bytes = ct.host_to_device_bytes - copy_before.host_to_device_bytes;
-    t.nvme_read_bytes = st.bytes_read - store_before.bytes_read;
-    t.nvme_written_bytes = st.bytes_written - store_before.bytes_written;
-  }
-  const Clock::time_point gather_start = Clock::now();
-  TraceRecorder::Span gather_span = Traced(track_gather_, "all-gather updated parameters");
-  // Stages 1 and 2: every rank updated its shard of the resident parameters; gather the rest,
-  // in place, unit by unit, with at most allgather_bucket_size elements in flight (at least one
-  // unit) so a transport's staging stays bounded.
-  if (stage() == 1 || stage() == 2) ZS_RETURN_IF_ERROR(AllGatherUpdatedParams());
-  if (gatherer_ != nullptr) ZS_RETURN_IF_ERROR(gatherer_->RegatherPersistent());
-  if (param_store_ != nullptr) param_store_->EndPass();  // a step is one pass over the shards
-  result.times.collective_seconds += seconds(gather_start);
-  result.times.step_seconds = seconds(step_start);
-  scaler_.Update(false);
-  ++step_;
-  result.step = step_;
-  return result;
-}
-
 StepMemoryPlan ZeroEngine::Impl::PlanStepMemory(const OptimizerHyper& hyper) const {
   // The rank's units as one shard, only sized, never stepped: CpuOptimizer reads n, the dtypes
   // and which arrays exist (every unit's step writes param_out, so a non-null marker stands for
@@ -750,10 +567,8 @@ StatusOr<StepResult> ZeroEngine::FinishStep(double global_sum_squares) {
 }
 
 StatusOr<double> ZeroEngine::AllReduceMean(double local) {
-  ZS_ASSIGN_OR_RETURN(std::vector<double> all, impl_->AllGatherDouble(local));
-  double sum = 0.0;
-  for (double x : all) sum += x;
-  return sum / double(all.size());
+  ZS_ASSIGN_OR_RETURN(const double sum, AllSumScalar(impl_->dp_, local));
+  return sum / double(impl_->dp_.size());
 }
 
 StatusOr<std::vector<float>> ZeroEngine::GatherMasterParam(int unit, int param) {

@@ -166,9 +166,6 @@ class ZeroEngine::Impl {
   StatusOr<StepResult> Step();
   StatusOr<double> PrepareStep();
   StatusOr<StepResult> FinishStep(double total);
-  // One double from every rank of `comm` (default: the dp group), in its rank order.
-  StatusOr<std::vector<double>> AllGatherDouble(double local) { return AllGatherDouble(dp_, local); }
-  static StatusOr<std::vector<double>> AllGatherDouble(Communicator& comm, double local);
   // This rank's sum of squares of its gradient shards (unscaled by inv_scale), over what counts
   // in the global norm ([Note: one norm over the grid]).
   double ShardSumSquares(double inv_scale) const;

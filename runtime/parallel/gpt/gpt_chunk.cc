@@ -30,7 +30,7 @@ GptChunk::GptChunk(const tp::TpGpt& model, UnitAccess& access, GptChunkOptions o
                options_.end <= model_.num_segments(),
            "GptChunk: segments [{}, {}) outside the model's {}", options_.begin, options_.end,
            model_.num_segments());
-  ZS_CHECK(!(has_head() && !has_embedding()) || tied_ != nullptr,
+  ZS_CHECK(!has_head() || wte_in_access() || tied_ != nullptr,
            "GptChunk: a head without the embedding needs a TiedEmbeddingLink");
 }
 
@@ -52,9 +52,11 @@ int64_t GptChunk::input_elements() const {
 int64_t GptChunk::output_elements() const { return has_head() ? 0 : local_rows_ * hidden_; }
 
 void GptChunk::UpdateTracker() {
-  int64_t now = scratch_.bytes() +
-                int64_t((dx_a_.capacity() + dx_b_.capacity()) * sizeof(float));
-  for (const auto& [mb, state] : live_) now += state.bytes();
+  int64_t in_flight = 0;
+  for (const auto& [mb, state] : live_) in_flight += state.bytes();
+  peak_micro_batch_bytes_ = std::max(peak_micro_batch_bytes_, in_flight);
+  const int64_t now = in_flight + scratch_.bytes() +
+                      int64_t((dx_a_.capacity() + dx_b_.capacity()) * sizeof(float));
   if (tracker_ != nullptr) {
     if (now > tracked_bytes_) {
       tracker_->Add(MemoryTier::kHost, MemoryCategory::kActivations, now - tracked_bytes_);
@@ -84,7 +86,7 @@ StatusOr<float> GptChunk::Forward(int micro_batch, std::span<const float> input,
   }
   if (has_embedding()) {
     ZS_RETURN_IF_ERROR(access_.BeginForward(tp::TpGpt::kEmbedUnit));
-    if (micro_batch == 0 && tied_ != nullptr && tied_->is_first() && !has_head()) {
+    if (micro_batch == 0 && tied_ != nullptr && tied_->is_first()) {
       ZS_RETURN_IF_ERROR(tied_->SendWeights(access_.Param(tp::TpGpt::kEmbedUnit, 0)));
     }
     ZS_RETURN_IF_ERROR(model_.EmbeddingForward(access_, tokens_, B, T, st.embed, st.x[0]));
@@ -106,7 +108,7 @@ StatusOr<float> GptChunk::Forward(int micro_batch, std::span<const float> input,
   float loss = 0.0f;
   if (has_head()) {
     ZS_RETURN_IF_ERROR(access_.BeginForward(head_unit_));
-    if (has_embedding()) {
+    if (wte_in_access()) {
       ZS_RETURN_IF_ERROR(access_.BeginForward(tp::TpGpt::kEmbedUnit));  // tied projection
       ZS_ASSIGN_OR_RETURN(loss, model_.HeadForward(access_, st.x[size_t(nb)], st.targets,
                                                    access_.Param(tp::TpGpt::kEmbedUnit, 0),
@@ -144,7 +146,7 @@ Status GptChunk::Backward(int micro_batch, std::span<const float> output_grad,
   std::span<float> dy(dx_a_), dx(dx_b_);
   if (has_head()) {
     ZS_RETURN_IF_ERROR(access_.BeginBackward(head_unit_));
-    if (has_embedding()) {
+    if (wte_in_access()) {
       ZS_RETURN_IF_ERROR(access_.BeginBackward(tp::TpGpt::kEmbedUnit));
       ZS_RETURN_IF_ERROR(model_.HeadBackward(access_, st.x[size_t(nb)],
                                              access_.Param(tp::TpGpt::kEmbedUnit, 0),
@@ -182,7 +184,7 @@ Status GptChunk::Backward(int micro_batch, std::span<const float> output_grad,
   }
   if (has_embedding()) {
     ZS_RETURN_IF_ERROR(access_.BeginBackward(tp::TpGpt::kEmbedUnit));
-    if (!has_head()) {
+    if (tied_ != nullptr) {
       // The head's contribution first, as nn::Gpt accumulates it.
       ZS_RETURN_IF_ERROR(tied_->AddGradInto(micro_batch, access_.Grad(tp::TpGpt::kEmbedUnit, 0)));
     }

@@ -12,8 +12,9 @@
 // - Parameters are read through `access` (a SubsetUnitAccess over this pp rank's engine) with
 //   TpGpt's brackets: F(u) around a unit's forward, B(u) around its backward. The tied output
 //   projection reads wte (unit 0) inside the head's bracket when this rank holds unit 0, as
-//   TpGpt does; otherwise `tied` (tied_embedding_link.h) brings wte from the first stage once per
-//   step (micro-batch 0) and takes each micro-batch's wte gradient back to it.
+//   TpGpt does (also when another chunk of this rank holds it: `wte_local`); otherwise `tied`
+//   (tied_embedding_link.h) brings wte from the first stage once per step (micro-batch 0) and
+//   takes each micro-batch's wte gradient back to it.
 // - Activations: kept per micro-batch from Forward to Backward (the runner holds several in
 //   flight under 1F1B). With `recompute`, a block keeps only its input and re-runs its forward
 //   (inside its backward bracket) just before its backward, Megatron's full activation
@@ -49,6 +50,10 @@ struct GptChunkOptions {
   int64_t batch = 1;  // sequences per micro-batch on this dp rank
   int64_t seq = 1;
   bool recompute = false;
+  // This rank also holds the embedding (unit 0), in another chunk of its own (one pp rank with
+  // virtual stages): the head reads wte through the UnitAccess, nested in its bracket, instead
+  // of through the TiedEmbeddingLink.
+  bool wte_local = false;
 };
 
 class GptChunk final : public PipelineChunk {
@@ -65,9 +70,14 @@ class GptChunk final : public PipelineChunk {
                   std::span<float> input_grad) override;
 
   bool has_embedding() const { return options_.begin == 0; }
+  // The head reads wte through the UnitAccess (this rank holds unit 0).
+  bool wte_in_access() const { return has_embedding() || options_.wte_local; }
   bool has_head() const { return options_.end == model_.num_segments(); }
   int64_t activation_bytes() const { return tracked_bytes_; }
   int64_t peak_activation_bytes() const { return peak_bytes_; }
+  // The peak of what the micro-batches in flight hold (their kept activations), without the
+  // chunk's fixed scratch (the recompute activations and two backward buffers).
+  int64_t peak_micro_batch_bytes() const { return peak_micro_batch_bytes_; }
 
  private:
   struct MicroBatchState {
@@ -98,6 +108,7 @@ class GptChunk final : public PipelineChunk {
   std::vector<float> dx_a_, dx_b_;
   int64_t tracked_bytes_ = 0;
   int64_t peak_bytes_ = 0;
+  int64_t peak_micro_batch_bytes_ = 0;
 };
 
 }  // namespace zs::parallel

@@ -2,18 +2,9 @@
 
 #include <fmt/format.h>
 
+#include "runtime/comm/all_gather_scalar.h"
+
 namespace zs::parallel {
-namespace {
-
-// One double from every rank of `comm`, in rank order (bit for bit, as two f32 elements).
-StatusOr<std::vector<double>> AllGatherDouble(Communicator& comm, double local) {
-  std::vector<double> all(size_t(comm.size()), 0.0);
-  all[size_t(comm.rank())] = local;
-  ZS_RETURN_IF_ERROR(comm.AllGather(&all[size_t(comm.rank())], all.data(), 2, DType::kF32));
-  return all;
-}
-
-}  // namespace
 
 StatusOr<std::unique_ptr<GridGpt>> GridGpt::Create(const GridGptOptions& options,
                                                    const ProcessGroups& groups, Device& device,
@@ -100,7 +91,8 @@ StatusOr<std::unique_ptr<GridGpt>> GridGpt::Create(const GridGptOptions& options
   g->expert_units_ = expert_units;
   if (pp > 1) {
     ZS_ASSIGN_OR_RETURN(g->tied_,
-                        TiedEmbeddingLink::Create(groups.pp(), model.spec().units[0].params[0].numel()));
+                        TiedEmbeddingLink::Create(groups.pp(),
+                                                  model.spec().units[0].params[0].numel(), tracker));
   }
   GridGpt* self = g.get();
   MicroBatchData data = [self](int mb, std::span<int32_t> tokens, std::span<int32_t> targets) {
@@ -115,6 +107,7 @@ StatusOr<std::unique_ptr<GridGpt>> GridGpt::Create(const GridGptOptions& options
     chunk_options.batch = options.micro_batch;
     chunk_options.seq = options.seq;
     chunk_options.recompute = options.recompute;
+    chunk_options.wte_local = g->access_->holds(tp::TpGpt::kEmbedUnit);
     g->chunks_.push_back(std::make_unique<GptChunk>(model, *g->access_, chunk_options, data,
                                                     g->tied_.get(), tracker));
     chunks.push_back(g->chunks_.back().get());
@@ -129,6 +122,18 @@ StatusOr<std::unique_ptr<GridGpt>> GridGpt::Create(const GridGptOptions& options
 GridGpt::~GridGpt() = default;
 
 StatusOr<GridStepResult> GridGpt::TrainStep(const MicroBatchData& data) {
+  if (!broken_.ok()) {
+    return AbortedError(
+        fmt::format("GridGpt: an earlier step failed ({}); this rank's model is no longer "
+                    "consistent with its peers'",
+                    broken_.ToString()));
+  }
+  StatusOr<GridStepResult> result = RunStep(data);
+  if (!result.ok()) broken_ = result.status();
+  return result;
+}
+
+StatusOr<GridStepResult> GridGpt::RunStep(const MicroBatchData& data) {
   data_ = data;
   GridStepResult result;
   ZS_ASSIGN_OR_RETURN(result.pipeline, runner_->RunStep());
@@ -136,16 +141,13 @@ StatusOr<GridStepResult> GridGpt::TrainStep(const MicroBatchData& data) {
   if (expert_engine_ == nullptr) {
     ZS_ASSIGN_OR_RETURN(result.step, engine_->Step());
   } else {
-    // One norm over both engines ([Note: one norm over the grid], PrepareStep in zero_engine.h).
+    // One norm over both engines ([Note: one norm over the grid], PrepareStep in zero_engine.h):
+    // the expert sums over ep in its rank order, then the replica over the model-parallel group.
     ZS_ASSIGN_OR_RETURN(const double dense, engine_->PrepareStep());
     ZS_ASSIGN_OR_RETURN(const double expert, expert_engine_->PrepareStep());
-    ZS_ASSIGN_OR_RETURN(std::vector<double> per_ep, AllGatherDouble(*ep_, expert));
-    double local = dense;
-    for (double e : per_ep) local += e;  // ep rank order
-    ZS_ASSIGN_OR_RETURN(std::vector<double> per_mp,
-                        AllGatherDouble(groups_->model_parallel(), local));
-    double total = 0;
-    for (double p : per_mp) total += p;  // model-parallel rank order
+    ZS_ASSIGN_OR_RETURN(const double experts, AllSumScalar(*ep_, expert));
+    ZS_ASSIGN_OR_RETURN(const double total,
+                        AllSumScalar(groups_->model_parallel(), dense + experts));
     ZS_ASSIGN_OR_RETURN(result.step, engine_->FinishStep(total));
     ZS_RETURN_IF_ERROR(expert_engine_->FinishStep(total).status());
   }
@@ -156,10 +158,7 @@ StatusOr<GridStepResult> GridGpt::TrainStep(const MicroBatchData& data) {
     for (float l : result.pipeline.losses) local += double(l);
     local /= double(result.pipeline.losses.size());
   }
-  ZS_ASSIGN_OR_RETURN(std::vector<double> parts,
-                      AllGatherDouble(groups_->model_parallel(), local));
-  double replica = 0;
-  for (double p : parts) replica += p;
+  ZS_ASSIGN_OR_RETURN(const double replica, AllSumScalar(groups_->model_parallel(), local));
   ZS_ASSIGN_OR_RETURN(result.loss, engine_->AllReduceMean(replica));
   return result;
 }
@@ -194,6 +193,12 @@ std::string GridGpt::RoleString() const {
   return fmt::format("tp {}/{}, pp {}/{} ({}), dp {}/{}{}", c.tp, grid.tp_size(), c.pp,
                      grid.pp_size(), units, c.dp, grid.dp_size(),
                      ep_ != nullptr ? fmt::format(", ep {}/{}", ep_->rank(), ep_->size()) : "");
+}
+
+int64_t GridGpt::micro_batch_peak_bytes() const {
+  int64_t total = 0;
+  for (const auto& c : chunks_) total += c->peak_micro_batch_bytes();
+  return total;
 }
 
 int64_t GridGpt::activation_peak_bytes() const {

@@ -24,6 +24,11 @@
 //   group (the router counted on ep rank 0), then over the model-parallel group, in fixed order
 //   (zero_engine.h, PrepareStep/FinishStep). The loss reported is the language-model
 //   cross-entropy; the load-balancing loss is in the gradients only.
+// - After a failed TrainStep the object is broken (its engines may be half-stepped, its
+//   pipeline's messages out of order): every later TrainStep fails at once with kAborted naming
+//   the first error.
+// - One pp rank may hold several chunks (virtual stages), also with pp = 1: the head then reads
+//   wte from this rank's engine; the TiedEmbeddingLink serves pp > 1 only.
 // - One thread per rank. `groups`, `device`, `tracker` and `trace` must outlive the object.
 #pragma once
 
@@ -87,10 +92,12 @@ class GridGpt {
   const std::vector<int>& units() const { return units_; }  // this rank's units
   // "tp 1/2, pp 0/2 (embed block.0 block.1), dp 1/2" (and ", ep 1/2" with experts)
   std::string RoleString() const;
-  int64_t activation_peak_bytes() const;
+  int64_t activation_peak_bytes() const;  // the chunks' peaks, summed
+  int64_t micro_batch_peak_bytes() const;  // the same without their fixed scratch
 
  private:
   GridGpt() = default;
+  StatusOr<GridStepResult> RunStep(const MicroBatchData& data);
 
   const ProcessGroups* groups_ = nullptr;
   GridGptOptions options_;
@@ -107,6 +114,7 @@ class GridGpt {
   std::vector<std::unique_ptr<GptChunk>> chunks_;
   std::unique_ptr<PipelineRunner> runner_;
   MicroBatchData data_;  // the current step's, read by the chunks
+  Status broken_;        // the first failed step's error; OK while healthy
 };
 
 }  // namespace zs::parallel

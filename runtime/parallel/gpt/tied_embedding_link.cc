@@ -9,7 +9,8 @@
 namespace zs::parallel {
 
 StatusOr<std::unique_ptr<TiedEmbeddingLink>> TiedEmbeddingLink::Create(Communicator& pp,
-                                                                       int64_t wte_elements) {
+                                                                       int64_t wte_elements,
+                                                                       MemoryTracker* tracker) {
   if (pp.size() < 2) {
     return InvalidArgumentError(fmt::format(
         "tied embedding link: the pp group '{}' has {} rank(s); a link needs two stages",
@@ -19,21 +20,67 @@ StatusOr<std::unique_ptr<TiedEmbeddingLink>> TiedEmbeddingLink::Create(Communica
   ZS_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> group,
                       pp.Split(first || last ? 0 : -1, first ? 0 : 1, "tied-embedding"));
   return std::unique_ptr<TiedEmbeddingLink>(
-      new TiedEmbeddingLink(std::move(group), first, last, wte_elements));
+      new TiedEmbeddingLink(std::move(group), first, last, wte_elements, tracker));
 }
 
-TiedEmbeddingLink::~TiedEmbeddingLink() { (void)Finish(); }
+TiedEmbeddingLink::~TiedEmbeddingLink() {
+  (void)Finish();
+  spare_.clear();
+  weights_ = {};
+  grad_ = {};
+  received_ = {};
+  UpdateTracker();
+}
 
-Status TiedEmbeddingLink::SendWeights(std::span<const float> wte) {
-  ZS_CHECK(first_ && int64_t(wte.size()) == elements_, "SendWeights on the wrong rank or size");
+void TiedEmbeddingLink::UpdateTracker() {
+  size_t floats = weights_.capacity() + grad_.capacity() + received_.capacity();
+  for (const std::vector<float>& b : spare_) floats += b.capacity();
+  for (const PendingSend& p : pending_) floats += p.buffer.capacity();
+  const int64_t now = int64_t(floats * sizeof(float));
+  if (tracker_ != nullptr) {
+    if (now > tracked_bytes_) {
+      tracker_->Add(MemoryTier::kHost, MemoryCategory::kActivations, now - tracked_bytes_);
+    } else if (now < tracked_bytes_) {
+      tracker_->Sub(MemoryTier::kHost, MemoryCategory::kActivations, tracked_bytes_ - now);
+    }
+  }
+  tracked_bytes_ = now;
+}
+
+Status TiedEmbeddingLink::ReapDelivered() {
+  Status first_error;
+  for (size_t i = 0; i < pending_.size();) {
+    if (!pending_[i].handle.Test()) {
+      ++i;
+      continue;
+    }
+    Status s = pending_[i].handle.Wait();
+    if (!s.ok() && first_error.ok()) first_error = s;
+    spare_.push_back(std::move(pending_[i].buffer));
+    pending_.erase(pending_.begin() + ptrdiff_t(i));
+  }
+  return first_error;
+}
+
+std::vector<float> TiedEmbeddingLink::TakeBuffer() {
   std::vector<float> buffer;
   if (!spare_.empty()) {
     buffer = std::move(spare_.back());
     spare_.pop_back();
   }
+  return buffer;
+}
+
+Status TiedEmbeddingLink::SendWeights(std::span<const float> wte) {
+  ZS_CHECK(first_ && int64_t(wte.size()) == elements_, "SendWeights on the wrong rank or size");
+  if (Status s = ReapDelivered(); !s.ok()) {
+    return s.WithContext("sending wte to the last pipeline stage");
+  }
+  std::vector<float> buffer = TakeBuffer();
   buffer.assign(wte.begin(), wte.end());
   CommHandle handle = group_->StartSend(buffer.data(), buffer.size(), DType::kF32, 1);
   pending_.push_back(PendingSend{std::move(handle), std::move(buffer)});
+  UpdateTracker();
   return OkStatus();
 }
 
@@ -45,6 +92,7 @@ Status TiedEmbeddingLink::AddGradInto(int micro_batch, std::span<float> grad) {
         fmt::format("receiving the head's wte gradient of micro-batch {}", micro_batch));
   }
   for (size_t i = 0; i < grad.size(); ++i) grad[i] += received_[i];
+  UpdateTracker();
   return OkStatus();
 }
 
@@ -54,6 +102,7 @@ StatusOr<std::span<const float>> TiedEmbeddingLink::ReceiveWeights() {
   if (Status s = group_->Recv(weights_.data(), weights_.size(), DType::kF32, 0); !s.ok()) {
     return s.WithContext("receiving wte from the first pipeline stage");
   }
+  UpdateTracker();
   return std::span<const float>(weights_);
 }
 
@@ -65,15 +114,15 @@ std::span<float> TiedEmbeddingLink::GradBuffer() {
 
 Status TiedEmbeddingLink::SendGrad(int micro_batch) {
   ZS_CHECK(last_ && int64_t(grad_.size()) == elements_, "SendGrad without GradBuffer");
-  std::vector<float> buffer;
-  if (!spare_.empty()) {
-    buffer = std::move(spare_.back());
-    spare_.pop_back();
+  if (Status s = ReapDelivered(); !s.ok()) {
+    return s.WithContext(
+        fmt::format("sending the head's wte gradient of micro-batch {}", micro_batch));
   }
-  buffer.swap(grad_);
+  std::vector<float> buffer = TakeBuffer();
+  buffer.swap(grad_);  // grad_ takes the spare (or nothing) for the next GradBuffer()
   CommHandle handle = group_->StartSend(buffer.data(), buffer.size(), DType::kF32, 0);
   pending_.push_back(PendingSend{std::move(handle), std::move(buffer)});
-  (void)micro_batch;
+  UpdateTracker();
   return OkStatus();
 }
 
@@ -88,6 +137,7 @@ Status TiedEmbeddingLink::Finish() {
     spare_.push_back(std::move(p.buffer));
   }
   pending_.clear();
+  UpdateTracker();
   return first_error;
 }
 

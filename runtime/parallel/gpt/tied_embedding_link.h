@@ -15,9 +15,12 @@
 //   their own ("tied-embedding"), so these messages never queue behind the pipeline's
 //   activations. Other pp ranks get a link with no group (is_first()/is_last() false) and must
 //   not call the transfer functions.
-// - Sends are asynchronous: the link copies what it sends and keeps it until delivered; Finish()
-//   (at the end of each step, before the engine's Step) waits for every send in flight.
-//   Receives block the calling thread. Messages in each direction are matched in order, so
+// - Sends are asynchronous: the link copies what it sends and keeps it until delivered (a
+//   delivered send's buffer is reused by the next one, so the buffers number the sends in
+//   flight, not the micro-batches); Finish() (at the end of each step, before the engine's
+//   Step) waits for every send in flight, and so does the destructor (which can block up to the
+//   communicator's timeout when the peer is gone). Receives block the calling thread. The
+//   buffers (wte-sized each) are counted in `tracker` (host, kActivations). Messages in each direction are matched in order, so
 //   every step must make the same calls in the same micro-batch order on both ends.
 // - Errors: communicator errors are returned with the direction and micro-batch named.
 // - One thread at a time (the rank's training thread).
@@ -30,13 +33,15 @@
 
 #include "runtime/base/status.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/device/memory_tracker.h"
 
 namespace zs::parallel {
 
 class TiedEmbeddingLink {
  public:
   static StatusOr<std::unique_ptr<TiedEmbeddingLink>> Create(Communicator& pp,
-                                                             int64_t wte_elements);
+                                                             int64_t wte_elements,
+                                                             MemoryTracker* tracker = nullptr);
   ~TiedEmbeddingLink();
 
   bool is_first() const { return first_; }  // pp rank 0: owns wte
@@ -58,13 +63,25 @@ class TiedEmbeddingLink {
     CommHandle handle;
     std::vector<float> buffer;
   };
-  TiedEmbeddingLink(std::unique_ptr<Communicator> group, bool first, bool last, int64_t elements)
-      : group_(std::move(group)), first_(first), last_(last), elements_(elements) {}
+  TiedEmbeddingLink(std::unique_ptr<Communicator> group, bool first, bool last, int64_t elements,
+                    MemoryTracker* tracker)
+      : group_(std::move(group)),
+        first_(first),
+        last_(last),
+        elements_(elements),
+        tracker_(tracker) {}
+  // A buffer for the next send: a delivered send's, else a new one.
+  std::vector<float> TakeBuffer();
+  // Moves the buffers of delivered sends to spare_ (waits for nothing).
+  Status ReapDelivered();
+  void UpdateTracker();
 
   std::unique_ptr<Communicator> group_;  // {first, last}; null on other ranks
   bool first_;
   bool last_;
   int64_t elements_;
+  MemoryTracker* tracker_;
+  int64_t tracked_bytes_ = 0;
   std::vector<float> weights_;       // last: the received wte
   std::vector<float> grad_;          // last: the micro-batch's gradient being built
   std::vector<float> received_;      // first: a received gradient

@@ -2,9 +2,36 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string>
 
 namespace zs::tp {
+namespace {
+
+// The caller's UnitAccess, except that one parameter's Grad() is a buffer of ours.
+class RouterGradAccess final : public UnitAccess {
+ public:
+  RouterGradAccess(UnitAccess& base, int unit, int param, std::span<float> grad)
+      : base_(base), unit_(unit), param_(param), grad_(grad) {}
+  const ModelSpec& model() const override { return base_.model(); }
+  Status BeginForward(int unit) override { return base_.BeginForward(unit); }
+  Status EndForward(int unit) override { return base_.EndForward(unit); }
+  Status BeginBackward(int unit) override { return base_.BeginBackward(unit); }
+  Status EndBackward(int unit) override { return base_.EndBackward(unit); }
+  std::span<const float> Param(int unit, int param) override { return base_.Param(unit, param); }
+  std::span<float> Grad(int unit, int param) override {
+    return unit == unit_ && param == param_ ? grad_ : base_.Grad(unit, param);
+  }
+  float backward_scale() const override { return base_.backward_scale(); }
+
+ private:
+  UnitAccess& base_;
+  int unit_;
+  int param_;
+  std::span<float> grad_;
+};
+
+}  // namespace
 
 int64_t TpBlockActivations::bytes() const {
   size_t floats = 0;
@@ -80,19 +107,17 @@ Status TpTransformerBlock::MlpBackward(UnitAccess& access, Communicator& tp, con
   // The router's gradient from this micro-batch is this rank's tokens' part; every ep rank
   // holds the router alike, so each must add the sum over the ep group (the expert engine then
   // sums its edp group). Grad() may already hold earlier micro-batches' sums (a pipeline's
-  // per-step accumulation), so only this call's contribution is reduced.
+  // per-step accumulation), so MoeMlp writes the router's part into a zeroed buffer of its own
+  // (RouterGradAccess), which is summed over ep and then added once.
   std::span<float> router = access.Grad(moe_unit_, 0);
-  act.router_grad.assign(router.begin(), router.end());
-  ZS_RETURN_IF_ERROR(moe_->Backward(access, act.ln2_out.data(), dy, dx, act.moe));
-  for (size_t i = 0; i < router.size(); ++i) {
-    const float before = act.router_grad[i];
-    act.router_grad[i] = router[i] - before;  // this micro-batch's part
-    router[i] = before;
-  }
-  ZS_RETURN_IF_ERROR(ep_->AllReduce(act.router_grad.data(), act.router_grad.data(),
-                                    act.router_grad.size(), DType::kF32, ReduceOp::kSum)
-                         .WithContext("summing the router gradient over the ep group"));
-  for (size_t i = 0; i < router.size(); ++i) router[i] += act.router_grad[i];
+  float* part = scratch.Partial(int64_t(router.size()));
+  std::fill(part, part + router.size(), 0.0f);
+  RouterGradAccess redirect(access, moe_unit_, 0, std::span<float>(part, router.size()));
+  ZS_RETURN_IF_ERROR(moe_->Backward(redirect, act.ln2_out.data(), dy, dx, act.moe));
+  ZS_RETURN_IF_ERROR(
+      ep_->AllReduce(part, part, router.size(), DType::kF32, ReduceOp::kSum)
+          .WithContext("summing the router gradient over the ep group"));
+  for (size_t i = 0; i < router.size(); ++i) router[i] += part[i];
   return OkStatus();
 }
 

@@ -49,8 +49,7 @@ struct TpBlockActivations {
   std::vector<float> ln2_out, ln2_mean, ln2_rstd;
   TpAttentionActivations attn;
   TpMlpActivations mlp;
-  MoeActivations moe;               // experts only
-  std::vector<float> router_grad;   // experts: backward scratch [E, H]
+  MoeActivations moe;  // experts only
   // Scratch: branch outputs and their gradients [local_rows, H].
   std::vector<float> scratch_a, scratch_b;
   int64_t bytes() const;

@@ -152,6 +152,7 @@ struct GridResult {
   double max_param_diff = 0;
   double mean_param_diff = 0;
   std::vector<int64_t> activation_peaks;  // per world rank
+  std::vector<int64_t> micro_batch_peaks;  // per world rank: what micro-batches in flight hold
 };
 
 GridResult RunGrid(const GridSpec& spec, const Reference* ref, const NamedParams* named = nullptr,
@@ -160,6 +161,7 @@ GridResult RunGrid(const GridSpec& spec, const Reference* ref, const NamedParams
   const int world = spec.tp * spec.pp * spec.dp;
   out.digests.assign(size_t(world), 0);
   out.activation_peaks.assign(size_t(world), 0);
+  out.micro_batch_peaks.assign(size_t(world), 0);
   std::mutex mu;
   double diff_sum = 0;
   int64_t diff_count = 0;
@@ -251,6 +253,7 @@ GridResult RunGrid(const GridSpec& spec, const Reference* ref, const NamedParams
     }
     out.digests[size_t(rank)] = digest;
     out.activation_peaks[size_t(rank)] = g->activation_peak_bytes();
+    out.micro_batch_peaks[size_t(rank)] = g->micro_batch_peak_bytes();
     out.max_param_diff = std::max(out.max_param_diff, local_max);
     diff_sum += local_sum;
     diff_count += local_count;
@@ -303,6 +306,8 @@ TEST(GridGptTest, PipelineScheduleMatchesOneRank) {
   s.layers = 4;
   s.schedule = ScheduleKind::kInterleaved;
   s.virtual_stages = 2;
+  ExpectMatchesReference(s);
+  s.pp = 1;  // one rank, two chunks: the head reads wte from this rank's own engine
   ExpectMatchesReference(s);
 }
 
@@ -400,13 +405,35 @@ TEST(GridGptTest, ExpertParallelMatchesOneRank) {
   ExpectExpertsMatchOneRank(s);
 }
 
+// 1F1B keeps at most p - r micro-batches in flight on pp rank r, GPipe all m: the activations
+// held (each micro-batch's are the same size) scale exactly so.
+TEST(GridGptTest, OneFOneBHoldsAtMostPMinusRMicroBatches) {
+  GridSpec s;
+  s.pp = 2;
+  s.layers = 4;
+  s.ga = 8;
+  s.schedule = ScheduleKind::kGPipe;
+  GridResult gpipe = RunGrid(s, nullptr);
+  s.schedule = ScheduleKind::kOneFOneB;
+  GridResult one = RunGrid(s, nullptr);
+  ASSERT_TRUE(gpipe.status.ok()) << gpipe.status.ToString();
+  ASSERT_TRUE(one.status.ok()) << one.status.ToString();
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(fmt::format("pp rank {}", r));
+    ASSERT_GT(gpipe.micro_batch_peaks[size_t(r)], 0);
+    EXPECT_EQ(one.micro_batch_peaks[size_t(r)] * s.ga,
+              gpipe.micro_batch_peaks[size_t(r)] * (2 - r));
+  }
+}
+
 TEST(GridGptTest, BadGridsAreClearErrors) {
   {  // heads not divisible by tp
     GridSpec s;
     s.tp = 3;
     GridResult r = RunGrid(s, nullptr);
     EXPECT_EQ(r.status.code(), StatusCode::kInvalidArgument) << r.status.ToString();
-    EXPECT_NE(r.status.message().find("3"), std::string::npos) << r.status.ToString();
+    EXPECT_NE(r.status.message().find("not divisible by tp 3"), std::string::npos)
+        << r.status.ToString();
   }
   {  // more stages than units: 2 layers + embed + head = 4 units on 5 stages
     GridSpec s;
