@@ -70,8 +70,9 @@ struct Args {
   int ep = 1;
   int top_k = 2;
   double capacity_factor = 1.25;
-  bool grid() const {
-    return tp > 1 || pp > 1 || sequence_parallel || recompute || experts > 0;
+  bool grid() const {  // any grid flag given: GridGpt (also with tp = pp = 1)
+    return tp > 1 || pp > 1 || sequence_parallel || recompute || experts > 0 ||
+           schedule != "1f1b" || virtual_stages > 1;
   }
 };
 

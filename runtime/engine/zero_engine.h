@@ -137,7 +137,10 @@ struct EngineParallelism {
   // With true, forward brackets may open while a unit's backward is under way, each unit's
   // fp32 gradient staging accumulates every micro-batch of the step, and Step() reduces it once
   // (the reduction then does not overlap backward). Step() does not count micro-batches in this
-  // mode: the pipeline schedule runs gradient_accumulation_steps of them.
+  // mode: the pipeline schedule runs gradient_accumulation_steps of them. Memory: each unit
+  // holds its full fp32 staging (kCommBuffers) from its first backward of the step until Step(),
+  // so under pipelines stages 2 and 3 keep stage 1's gradient memory (a padded fp32 copy per
+  // stage) until the step; their sharded gradients are still what the optimizer reads.
   bool reduce_per_step = false;
 };
 

@@ -20,7 +20,10 @@
 //   that precision with fp32 accumulation, as tensor cores do). Valid until the matching End.
 // - Grad(u, p) is an fp32 buffer of numel() elements to accumulate (+=) d(loss)/d(param) into,
 //   zeroed before the unit's first BeginBackward of each micro-batch. Valid until the matching
-//   EndBackward.
+//   EndBackward. (A ZeroEngine of a pipeline stage, EngineParallelism::reduce_per_step, zeroes
+//   it once per step instead, so it may already hold earlier micro-batches' gradients: model
+//   code only ever adds to it, and anything it must reduce itself, such as a replicated
+//   parameter's partial gradient, it reduces from a buffer of its own before adding.)
 // - backward_scale() is the value to seed backward with (d loss / d loss): the loss scale
 //   divided by the number of micro-batches in the global batch, so that the reduced gradients
 //   are those of the global mean loss.
