@@ -40,7 +40,7 @@ StatusOr<std::unique_ptr<Gpt>> Gpt::Create(const GptConfig& config, MemoryTracke
 
 Gpt::Gpt(const GptConfig& config, MemoryTracker* tracker)
     : config_(config),
-      tracker_(tracker),
+      tracked_(tracker, MemoryTier::kHost, MemoryCategory::kActivations),
       wte_(kEmbedUnit, 0, config.vocab, config.hidden),
       wpe_(kEmbedUnit, 1, config.max_seq, config.hidden),
       ln_f_(config.layers + 1, 0, config.hidden) {
@@ -65,11 +65,7 @@ Gpt::Gpt(const GptConfig& config, MemoryTracker* tracker)
   x_.resize(config.layers + 1);
 }
 
-Gpt::~Gpt() {
-  if (tracker_ != nullptr && tracked_bytes_ > 0) {
-    tracker_->Sub(MemoryTier::kHost, MemoryCategory::kActivations, tracked_bytes_);
-  }
-}
+Gpt::~Gpt() = default;
 
 ParamInit Gpt::Init(uint64_t seed) const {
   const float residual_std = kInitStd / std::sqrt(2.0f * static_cast<float>(config_.layers));
@@ -234,14 +230,7 @@ int64_t Gpt::activation_bytes() const {
 }
 
 void Gpt::UpdateTracker() {
-  if (tracker_ == nullptr) return;
-  const int64_t now = activation_bytes();
-  if (now > tracked_bytes_) {
-    tracker_->Add(MemoryTier::kHost, MemoryCategory::kActivations, now - tracked_bytes_);
-  } else if (now < tracked_bytes_) {
-    tracker_->Sub(MemoryTier::kHost, MemoryCategory::kActivations, tracked_bytes_ - now);
-  }
-  tracked_bytes_ = now;
+  tracked_.Set(activation_bytes());
 }
 
 }  // namespace zs::nn

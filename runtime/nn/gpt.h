@@ -32,6 +32,7 @@
 
 #include "runtime/base/status.h"
 #include "runtime/device/memory_tracker.h"
+#include "runtime/device/tracked_bytes.h"
 #include "runtime/model/model_spec.h"
 #include "runtime/model/unit_access.h"
 #include "runtime/nn/embedding.h"
@@ -94,8 +95,7 @@ class Gpt {
   void UpdateTracker();
 
   GptConfig config_;
-  MemoryTracker* tracker_;
-  int64_t tracked_bytes_ = 0;
+  TrackedBytes tracked_;  // activation_bytes() in the tracker (kHost, kActivations)
   ModelSpec spec_;
   std::vector<std::vector<InitKind>> init_;  // [unit][param]
   Embedding wte_;

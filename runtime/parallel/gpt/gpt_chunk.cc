@@ -22,7 +22,7 @@ GptChunk::GptChunk(const tp::TpGpt& model, UnitAccess& access, GptChunkOptions o
       options_(options),
       data_(std::move(data)),
       tied_(tied),
-      tracker_(tracker),
+      tracked_(tracker, MemoryTier::kHost, MemoryCategory::kActivations),
       head_unit_(model.head_unit()),
       hidden_(model.config().gpt.hidden),
       local_rows_(model.local_rows(options.batch * options.seq)) {
@@ -57,14 +57,7 @@ void GptChunk::UpdateTracker() {
   peak_micro_batch_bytes_ = std::max(peak_micro_batch_bytes_, in_flight);
   const int64_t now = in_flight + scratch_.bytes() +
                       int64_t((dx_a_.capacity() + dx_b_.capacity()) * sizeof(float));
-  if (tracker_ != nullptr) {
-    if (now > tracked_bytes_) {
-      tracker_->Add(MemoryTier::kHost, MemoryCategory::kActivations, now - tracked_bytes_);
-    } else if (now < tracked_bytes_) {
-      tracker_->Sub(MemoryTier::kHost, MemoryCategory::kActivations, tracked_bytes_ - now);
-    }
-  }
-  tracked_bytes_ = now;
+  tracked_.Set(now);
   peak_bytes_ = std::max(peak_bytes_, now);
 }
 

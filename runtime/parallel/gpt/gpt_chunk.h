@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "runtime/device/memory_tracker.h"
+#include "runtime/device/tracked_bytes.h"
 #include "runtime/model/unit_access.h"
 #include "runtime/parallel/gpt/tied_embedding_link.h"
 #include "runtime/parallel/pipeline/pipeline_chunk.h"
@@ -73,7 +74,7 @@ class GptChunk final : public PipelineChunk {
   // The head reads wte through the UnitAccess (this rank holds unit 0).
   bool wte_in_access() const { return has_embedding() || options_.wte_local; }
   bool has_head() const { return options_.end == model_.num_segments(); }
-  int64_t activation_bytes() const { return tracked_bytes_; }
+  int64_t activation_bytes() const { return tracked_.current(); }
   int64_t peak_activation_bytes() const { return peak_bytes_; }
   // The peak of what the micro-batches in flight hold (their kept activations), without the
   // chunk's fixed scratch (the recompute activations and two backward buffers).
@@ -97,7 +98,7 @@ class GptChunk final : public PipelineChunk {
   const GptChunkOptions options_;
   MicroBatchData data_;
   TiedEmbeddingLink* tied_;
-  MemoryTracker* tracker_;
+  TrackedBytes tracked_;  // what the chunk holds, in the tracker (kHost, kActivations)
   const int head_unit_;
   const int64_t hidden_;
   const int64_t local_rows_;
@@ -106,7 +107,6 @@ class GptChunk final : public PipelineChunk {
   std::span<const float> remote_wte_;    // the last stage's received wte (this step)
   std::vector<int32_t> tokens_;
   std::vector<float> dx_a_, dx_b_;
-  int64_t tracked_bytes_ = 0;
   int64_t peak_bytes_ = 0;
   int64_t peak_micro_batch_bytes_ = 0;
 };

@@ -36,15 +36,7 @@ void TiedEmbeddingLink::UpdateTracker() {
   size_t floats = weights_.capacity() + grad_.capacity() + received_.capacity();
   for (const std::vector<float>& b : spare_) floats += b.capacity();
   for (const PendingSend& p : pending_) floats += p.buffer.capacity();
-  const int64_t now = int64_t(floats * sizeof(float));
-  if (tracker_ != nullptr) {
-    if (now > tracked_bytes_) {
-      tracker_->Add(MemoryTier::kHost, MemoryCategory::kActivations, now - tracked_bytes_);
-    } else if (now < tracked_bytes_) {
-      tracker_->Sub(MemoryTier::kHost, MemoryCategory::kActivations, tracked_bytes_ - now);
-    }
-  }
-  tracked_bytes_ = now;
+  tracked_.Set(int64_t(floats * sizeof(float)));
 }
 
 Status TiedEmbeddingLink::ReapDelivered() {

@@ -34,6 +34,7 @@
 #include "runtime/base/status.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/device/memory_tracker.h"
+#include "runtime/device/tracked_bytes.h"
 
 namespace zs::parallel {
 
@@ -69,7 +70,7 @@ class TiedEmbeddingLink {
         first_(first),
         last_(last),
         elements_(elements),
-        tracker_(tracker) {}
+        tracked_(tracker, MemoryTier::kHost, MemoryCategory::kActivations) {}
   // A buffer for the next send: a delivered send's, else a new one.
   std::vector<float> TakeBuffer();
   // Moves the buffers of delivered sends to spare_ (waits for nothing).
@@ -80,8 +81,7 @@ class TiedEmbeddingLink {
   bool first_;
   bool last_;
   int64_t elements_;
-  MemoryTracker* tracker_;
-  int64_t tracked_bytes_ = 0;
+  TrackedBytes tracked_;  // the buffers, in the tracker (kHost, kActivations)
   std::vector<float> weights_;       // last: the received wte
   std::vector<float> grad_;          // last: the micro-batch's gradient being built
   std::vector<float> received_;      // first: a received gradient

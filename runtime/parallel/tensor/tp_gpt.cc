@@ -63,7 +63,7 @@ TpGpt::TpGpt(const TpGptConfig& config, Communicator& tp, MemoryTracker* tracker
     : config_(config),
       tp_(tp),
       tp_options_(TpOptions::Of(tp, config.sequence_parallel)),
-      tracker_(tracker),
+      tracked_(tracker, MemoryTier::kHost, MemoryCategory::kActivations),
       full_(std::move(full)),
       wte_(std::move(wte)),
       blocks_(std::move(blocks)),
@@ -158,11 +158,7 @@ int64_t TpGpt::full_numel() const {
   return int64_t(total);
 }
 
-TpGpt::~TpGpt() {
-  if (tracker_ != nullptr && tracked_bytes_ > 0) {
-    tracker_->Sub(MemoryTier::kHost, MemoryCategory::kActivations, tracked_bytes_);
-  }
-}
+TpGpt::~TpGpt() = default;
 
 const TpParamLayout& TpGpt::layout(int unit, int param) const {
   ZS_CHECK(unit >= 0 && unit < static_cast<int>(layouts_.size()) && param >= 0 &&
@@ -481,14 +477,7 @@ int64_t TpGpt::activation_bytes() const {
 }
 
 void TpGpt::UpdateTracker() {
-  if (tracker_ == nullptr) return;
-  const int64_t now = activation_bytes();
-  if (now > tracked_bytes_) {
-    tracker_->Add(MemoryTier::kHost, MemoryCategory::kActivations, now - tracked_bytes_);
-  } else if (now < tracked_bytes_) {
-    tracker_->Sub(MemoryTier::kHost, MemoryCategory::kActivations, tracked_bytes_ - now);
-  }
-  tracked_bytes_ = now;
+  tracked_.Set(activation_bytes());
 }
 
 }  // namespace zs::tp

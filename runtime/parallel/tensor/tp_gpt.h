@@ -60,6 +60,7 @@
 #include "runtime/base/status.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/device/memory_tracker.h"
+#include "runtime/device/tracked_bytes.h"
 #include "runtime/model/model_spec.h"
 #include "runtime/model/unit_access.h"
 #include "runtime/nn/gpt.h"
@@ -197,8 +198,7 @@ class TpGpt {
   TpGptConfig config_;
   Communicator& tp_;
   TpOptions tp_options_;
-  MemoryTracker* tracker_;
-  int64_t tracked_bytes_ = 0;
+  TrackedBytes tracked_;  // activation_bytes() in the tracker (kHost, kActivations)
   std::unique_ptr<nn::Gpt> full_;  // the unsplit model: its spec and Init
   ModelSpec spec_;
   std::vector<std::vector<TpParamLayout>> layouts_;  // [unit][param]
