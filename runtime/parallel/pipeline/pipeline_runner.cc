@@ -305,6 +305,31 @@ StatusOr<std::unique_ptr<PipelineRunner>> PipelineRunner::Create(Communicator& p
   }
   if (!local.ok()) local = local.WithContext(who);
 
+  // First the schedule's shape, in a message of fixed size: ranks that disagree on it (say,
+  // on the virtual stages) fail alike here, before the size exchange below, whose length
+  // depends on it.
+  {
+    const int64_t shape[4] = {int64_t(schedule.kind), schedule.ranks, schedule.micro_batches,
+                              schedule.virtual_stages};
+    std::vector<float> send(4 * kFloatsPerInt64);
+    std::memcpy(send.data(), shape, sizeof(shape));
+    std::vector<float> gathered(send.size() * size_t(pp.size()));
+    Status gather = pp.AllGather(send.data(), gathered.data(), send.size(), DType::kF32);
+    if (!gather.ok()) return gather.WithContext(fmt::format("{}: exchanging schedules", who));
+    std::vector<int64_t> all(4 * size_t(pp.size()));
+    std::memcpy(all.data(), gathered.data(), all.size() * sizeof(int64_t));
+    for (int r = 0; r < pp.size(); ++r) {
+      const int64_t* o = &all[4 * size_t(r)];
+      if (!std::equal(o, o + 4, shape)) {
+        return InvalidArgumentError(fmt::format(
+            "{}: rank {} runs schedule {} for {} ranks, {} micro-batches, {} virtual stages; "
+            "this rank {} for {}, {}, {}",
+            who, r, o[0] >= 0 && o[0] <= 2 ? ScheduleKindName(ScheduleKind(o[0])) : "?", o[1],
+            o[2], o[3], ScheduleKindName(schedule.kind), shape[1], shape[2], shape[3]));
+      }
+    }
+  }
+
   // Per rank: [ok, (input, output) per local chunk] as int64, all-gathered as raw f32 slots.
   const int v = std::max(schedule.virtual_stages, 1);
   const int per_rank = 1 + 2 * v;

@@ -173,31 +173,41 @@ VocabShard TpGpt::vocab_shard() const {
 
 ParamInit TpGpt::Init(uint64_t seed) const {
   if (!has_experts()) return ShardInit(full_->Init(seed));
-  // Dense units take nn::Gpt's values (a block unit's params are nn's block's first ones);
-  // expert units draw by (layer, global parameter index), whatever the ep size.
-  const int layers = config_.gpt.layers;
-  const float residual_std = nn::Gpt::kInitStd / std::sqrt(2.0f * float(layers));
-  std::vector<int> first_expert(static_cast<size_t>(layers));
-  for (int l = 0; l < layers; ++l) {
-    first_expert[size_t(l)] = blocks_[size_t(l)].moe()->first_expert();
+  // With experts (tp is 1: TpTransformerBlock::CreateMoe), each dense unit takes nn::Gpt's
+  // values for the unit it stands for (a block unit's parameters are nn's block's first ones),
+  // and each expert unit draws its parameters by (layer, global parameter index), whatever the
+  // ep size, from random streams of their own (kExpertInitStream + layer).
+  constexpr int kExpertInitStream = 1 << 20;  // above any nn::Gpt unit index
+  struct Role {
+    int nn_unit = -1;       // dense: nn::Gpt's unit
+    int layer = -1;         // experts: the layer
+    int first_expert = 0;   // experts: this ep rank's first global expert
+  };
+  std::vector<Role> roles(spec_.units.size());
+  roles[kEmbedUnit].nn_unit = 0;
+  roles[size_t(head_unit())].nn_unit = config_.gpt.layers + 1;
+  for (int l = 0; l < config_.gpt.layers; ++l) {
+    roles[size_t(block_unit(l))].nn_unit = 1 + l;
+    roles[size_t(moe_unit(l))] = Role{-1, l, blocks_[size_t(l)].moe()->first_expert()};
   }
-  // tp is 1 with experts (TpTransformerBlock::CreateMoe), so nn's values need no slicing.
-  return [dense = full_->Init(seed), seed, layers, residual_std, first_expert](
-             int unit, int param, std::span<float> values) {
-    if (unit == 0) return dense(0, param, values);
-    if (unit == 2 * layers + 1) return dense(layers + 1, param, values);
-    const int layer = (unit - 1) / 2;
-    if ((unit - 1) % 2 == 0) return dense(1 + layer, param, values);
-    // block.<layer>.moe: 0 router, then 4 per local expert (fc.weight, fc.bias, proj.weight,
-    // proj.bias).
-    const int global = param == 0 ? 0 : 1 + 4 * first_expert[size_t(layer)] + (param - 1);
-    const int which = param == 0 ? -1 : (param - 1) % 4;
+  const float residual_std = nn::Gpt::kInitStd / std::sqrt(2.0f * float(config_.gpt.layers));
+  return [dense = full_->Init(seed), seed, roles, residual_std](int unit, int param,
+                                                                std::span<float> values) {
+    const Role& role = roles[size_t(unit)];
+    if (role.nn_unit >= 0) return dense(role.nn_unit, param, values);
+    // MoeMlp's order: the router, then per local expert fc.weight, fc.bias, proj.weight,
+    // proj.bias.
+    if (param == 0) {
+      return nn::FillNormal(seed, kExpertInitStream + role.layer, 0, nn::Gpt::kInitStd, values);
+    }
+    const int which = (param - 1) % 4;
     if (which == 1 || which == 3) {
       std::fill(values.begin(), values.end(), 0.0f);
       return;
     }
-    nn::FillNormal(seed, 100000 + layer, global, which == 2 ? residual_std : nn::Gpt::kInitStd,
-                   values);
+    const int global = 1 + 4 * role.first_expert + (param - 1);
+    nn::FillNormal(seed, kExpertInitStream + role.layer, global,
+                   which == 2 ? residual_std : nn::Gpt::kInitStd, values);
   };
 }
 
