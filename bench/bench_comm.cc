@@ -15,10 +15,10 @@
 //
 // Counters follow nccl-tests (https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md):
 //   size        bytes of the full buffer (all_gather: the gathered output; reduce_scatter: the
-//               input; all_reduce and broadcast: the buffer),
+//               input; all_reduce and broadcast: the buffer; sendrecv: one message),
 //   algbw       size / time of one collective,
 //   busbw       algbw * factor: all_reduce 2(n-1)/n, all_gather and reduce_scatter (n-1)/n,
-//               broadcast 1,
+//               broadcast 1, sendrecv 1,
 //   clock_busbw busbw from rank 0's own clock of its timed loop (bytes x its iterations / its
 //               seconds), independent of Google Benchmark's counter arithmetic,
 //   us_per_op   rank 0's clocked microseconds per collective,
@@ -33,7 +33,11 @@
 // The check: after each run the reporter compares busbw with clock_busbw and the program
 // exits 1 (naming the run) when they differ by more than 5%.
 //
-// Flags (besides Google Benchmark's): --zs_sizes_mib=1,16,128 (sizes of the collectives).
+// "sendrecv" is the point-to-point case: every rank sends one message to rank+1 and receives one
+// from rank-1, both started before either is waited (a ring exchange, as pipeline stages do).
+//
+// Flags (besides Google Benchmark's): --zs_sizes_mib=1,16,128 (sizes of the collectives;
+// fractions of a MiB for small messages, rounded down to a multiple of 64 bytes, at least 64).
 //
 // Run: build/bin/bench_comm [--benchmark_filter=fabric/shm] [--benchmark_min_time=0.2]
 #include <benchmark/benchmark.h>
@@ -66,9 +70,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-enum class Collective { kAllReduce, kAllGather, kReduceScatter, kBroadcast };
+enum class Collective { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kSendRecv };
 constexpr Collective kCollectives[] = {Collective::kAllReduce, Collective::kAllGather,
-                                       Collective::kReduceScatter, Collective::kBroadcast};
+                                       Collective::kReduceScatter, Collective::kBroadcast,
+                                       Collective::kSendRecv};
 
 const char* CollectiveName(Collective c) {
   switch (c) {
@@ -80,6 +85,8 @@ const char* CollectiveName(Collective c) {
       return "reduce_scatter";
     case Collective::kBroadcast:
       return "broadcast";
+    case Collective::kSendRecv:
+      return "sendrecv";
   }
   return "?";
 }
@@ -92,6 +99,7 @@ double BusFactor(Collective c, int n) {
     case Collective::kReduceScatter:
       return double(n - 1) / n;
     case Collective::kBroadcast:
+    case Collective::kSendRecv:
       return 1.0;
   }
   return 1.0;
@@ -99,7 +107,8 @@ double BusFactor(Collective c, int n) {
 
 // Buffers of one rank for one collective of `bytes` (the nccl-tests size) at world size n.
 struct Operation {
-  Operation(Collective collective, size_t bytes, int n, int rank) : collective(collective) {
+  Operation(Collective collective, size_t bytes, int n, int rank)
+      : collective(collective), next((rank + 1) % n), prev((rank + n - 1) % n) {
     const size_t elems = bytes / sizeof(float);
     size_t send_elems = elems, recv_elems = elems;
     count = elems;
@@ -128,11 +137,19 @@ struct Operation {
         return comm.ReduceScatter(send.data(), recv.data(), count, DType::kF32, ReduceOp::kSum);
       case Collective::kBroadcast:
         return comm.Broadcast(recv.data(), count, DType::kF32, 0);
+      case Collective::kSendRecv: {
+        if (comm.size() == 1) return OkStatus();
+        CommHandle sent = comm.StartSend(send.data(), count, DType::kF32, next);
+        CommHandle received = comm.StartRecv(recv.data(), count, DType::kF32, prev);
+        Status s = sent.Wait(), r = received.Wait();
+        return s.ok() ? r : s;
+      }
     }
     return OkStatus();
   }
 
   Collective collective;
+  int next = 0, prev = 0;  // sendrecv: the ranks this one sends to and receives from
   size_t count = 0;
   double size = 0;  // the nccl-tests size in bytes
   std::vector<float> send, recv;
@@ -382,7 +399,7 @@ bool ParseOwnFlags(int* argc, char** argv) {
           std::fprintf(stderr, "bench_comm: bad size '%s' in %s\n", item.c_str(), arg.c_str());
           return false;
         }
-        g_sizes.push_back(int64_t(mib * (1 << 20)) / 64 * 64);
+        g_sizes.push_back(std::max<int64_t>(64, int64_t(mib * (1 << 20)) / 64 * 64));
       }
       continue;
     }

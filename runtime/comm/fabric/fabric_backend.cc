@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <rdma/fabric.h>
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 #include <thread>
@@ -117,16 +118,32 @@ class FabricBackend final : public Backend {
     if (!opened.ok()) return opened.status().WithContext(where);
     std::shared_ptr<FabricEndpoint> endpoint = std::move(opened).value();
 
-    ZS_RETURN_IF_ERROR(store.Set(prefix + "addr/" + std::to_string(rank), endpoint->address()));
+    // "<inject size>:<address>": every rank takes the smallest inject size as the rendezvous
+    // threshold (fabric_communicator.h), so the two sides of a message always agree on it.
+    ZS_RETURN_IF_ERROR(
+        store.Set(prefix + "addr/" + std::to_string(rank),
+                  fmt::format("{}:{}", endpoint->inject_size(), endpoint->address())));
     std::vector<std::string> addresses(world_size);
+    tuning.rendezvous_bytes = endpoint->inject_size();
     for (int r = 0; r < world_size; ++r) {
       ZS_ASSIGN_OR_RETURN(
-          addresses[r],
+          std::string value,
           GetWatching(store, prefix + "addr/" + std::to_string(r), deadline, &peers[r],
                       fmt::format("{}: waiting for the address of rank {}", where, r)));
+      const size_t colon = value.find(':');
+      const std::string inject = value.substr(0, colon);
+      if (colon == std::string::npos || inject.empty() || inject.size() > 18 ||
+          inject.find_first_not_of("0123456789") != std::string::npos) {
+        return InternalError(fmt::format("{}: rank {} published a malformed endpoint address '{}' "
+                                         "(expected '<inject size>:<hex address>')",
+                                         where, r, value));
+      }
+      tuning.rendezvous_bytes = std::min<size_t>(tuning.rendezvous_bytes, std::stoull(inject));
+      addresses[r] = value.substr(colon + 1);
     }
     ZS_RETURN_IF_ERROR(endpoint->InsertPeers(addresses));
-    ZS_LOG(kDebug, "{}: connected over provider '{}'", where, endpoint->provider_name());
+    ZS_LOG(kDebug, "{}: connected over provider '{}' (rendezvous above {} bytes)", where,
+           endpoint->provider_name(), tuning.rendezvous_bytes);
     std::vector<int> world_ranks(world_size);
     for (int r = 0; r < world_size; ++r) world_ranks[r] = r;
     return std::unique_ptr<Communicator>(std::make_unique<FabricCommunicator>(

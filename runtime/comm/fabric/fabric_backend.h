@@ -4,12 +4,13 @@
 // Contract
 // - Connect(store, rank, world, options) is collective over `world` ranks sharing `store`.
 //   Keys live under "fabric/<group name>/w<world>/g<generation>/": "peer/<rank>" (host, pid,
-//   start time) and "addr/<rank>" (the endpoint address). The generation counts this rank's
-//   earlier Connects of the group through the store (the first generation whose "peer/<rank>"
-//   key is absent), so one store serves several groups and the same group connected again; the
-//   n-th Connect of every rank meets the others' n-th. A rank that failed a Connect after
-//   publishing its peer key has moved to the next generation: connect every rank again (or
-//   use a fresh store / group name), or its peers wait for it until the timeout.
+//   start time) and "addr/<rank>" ("<inject size>:<endpoint address>"; the smallest inject size
+//   of the ranks is the rendezvous threshold, see fabric_communicator.h). The generation counts
+//   this rank's earlier Connects of the group through the store (the first generation whose
+//   "peer/<rank>" key is absent), so one store serves several groups and the same group
+//   connected again; the n-th Connect of every rank meets the others' n-th. A rank that failed
+//   a Connect after publishing its peer key has moved to the next generation: connect every
+//   rank again (or use a fresh store / group name), or its peers wait for it until the timeout.
 // - Provider: options.transport, else ZS_FABRIC_PROVIDER, else "shm" when every rank reported
 //   this host's name, else "tcp" (kept on the loopback interface when all ranks are local).
 //   Every rank must arrive at the same provider.

@@ -12,6 +12,14 @@
 #include "runtime/comm/op_checks.h"
 
 namespace zs {
+
+// The tags of one stream, without the segment field: its data, and the clear-to-send messages
+// that its receiver returns (see [Note: rendezvous above the inject size]).
+struct FabricStreamTags {
+  uint64_t data = 0;
+  uint64_t clear_to_send = 0;
+};
+
 namespace {
 
 constexpr int kMaxSegments = (1 << 20) - 1;  // the tag's segment field
@@ -23,34 +31,60 @@ void Copy(char* dst, const char* src, size_t bytes) {
 
 // One segmented message between this rank and one peer. Segment s lives at
 // base + (ring ? s % ring : s) * segment and has min(segment, bytes - s * segment) bytes.
+//
+// [Note: rendezvous above the inject size] A segment of more than `rendezvous_bytes` is sent
+// only after its receive is posted: the receiver posts the receive, then sends an empty
+// clear-to-send message (tag `cts_tag` | segment); the sender posts the data when that arrives.
+// Providers may hold a send above their inject size until the receiver matches it, and nothing
+// in libfabric promises that such a send leaves the endpoint's other sends alone: the shm
+// provider (1.17) completes its large (CMA) sends through one in-order response queue per
+// endpoint, so one unmatched large send withholds the completion of every later large send of
+// the endpoint, to any peer and of any communicator sharing it (libfabric issue #9853). A
+// segment at or below the inject size is copied by the provider when posted (shm writes it
+// into the receiver's queue and completes it at once) and needs no handshake, so small
+// messages cost no extra round trip. Every rank agrees on `rendezvous_bytes` at connect.
 struct Stream {
   bool is_send = false;
   int peer = 0;
   char* base = nullptr;
   size_t bytes = 0;
-  int ring = 0;      // 0: the segments are laid out linearly
-  uint64_t tag = 0;  // without the segment field
+  int ring = 0;          // 0: the segments are laid out linearly
+  uint64_t tag = 0;      // without the segment field
+  uint64_t cts_tag = 0;  // the clear-to-send tag, without the segment field
   int segments = 0;
-  int limit = 0;  // segments [0, limit) may be posted (gating by the operation)
-  int next = 0;   // next segment to post
-  int in_flight = 0;
+  int limit = 0;      // segments [0, limit) may be posted (gating by the operation)
+  int next = 0;       // next segment to post
+  int in_flight = 0;  // sends: awaiting clear-to-send or posted; receives: posted
   int done = 0;
+  int cts_pending = 0;  // receives: clear-to-send messages posted and not yet completed
 };
+
+// What a cookie of a StreamSet request stands for: bits 0-31 the segment, 32-61 the stream,
+// 62-63 the part (the data, or the segment's clear-to-send message).
+enum class Part : uint64_t { kData = 0, kClearToSend = 1 };
+uint64_t Cookie(int stream, int seg, Part part) {
+  return (uint64_t(part) << 62) | (uint64_t(stream) << 32) | uint32_t(seg);
+}
 
 // The streams of one operation, posted through a FabricTransfer within a per-stream window.
 class StreamSet {
  public:
-  StreamSet(FabricTransfer& transfer, size_t segment, int window)
-      : transfer_(transfer), segment_(segment), window_(window) {}
+  StreamSet(FabricTransfer& transfer, size_t segment, int window, size_t rendezvous_bytes)
+      : transfer_(transfer),
+        segment_(segment),
+        window_(window),
+        rendezvous_bytes_(rendezvous_bytes) {}
 
-  int Add(bool is_send, int peer, const void* base, size_t bytes, uint64_t tag, int ring = 0) {
+  int Add(bool is_send, int peer, const void* base, size_t bytes, FabricStreamTags tags,
+          int ring = 0) {
     Stream s;
     s.is_send = is_send;
     s.peer = peer;
     s.base = static_cast<char*>(const_cast<void*>(base));
     s.bytes = bytes;
     s.ring = ring;
-    s.tag = tag;
+    s.tag = tags.data;
+    s.cts_tag = tags.clear_to_send;
     s.segments = int((bytes + segment_ - 1) / segment_);
     s.limit = s.segments;
     streams_.push_back(s);
@@ -62,25 +96,45 @@ class StreamSet {
     return std::min(segment_, s.bytes - size_t(seg) * segment_);
   }
 
+  char* Where(const Stream& s, int seg) const {
+    return s.base + size_t(s.ring ? seg % s.ring : seg) * segment_;
+  }
+
   void PumpAll() {
     for (size_t i = 0; i < streams_.size(); ++i) {
       Stream& s = streams_[i];
       while (s.next < std::min(s.limit, s.segments) && s.in_flight < window_) {
         const int seg = s.next++;
         ++s.in_flight;
-        char* where = s.base + size_t(s.ring ? seg % s.ring : seg) * segment_;
-        const uint64_t cookie = (uint64_t(i) << 32) | uint32_t(seg);
+        const size_t length = SegmentLength(s, seg);
+        const uint64_t data_tag = s.tag | uint64_t(seg);
+        if (length <= rendezvous_bytes_) {
+          if (s.is_send) {
+            transfer_.Send(s.peer, Where(s, seg), length, data_tag,
+                           Cookie(int(i), seg, Part::kData));
+          } else {
+            transfer_.Recv(s.peer, Where(s, seg), length, data_tag,
+                           Cookie(int(i), seg, Part::kData));
+          }
+          continue;
+        }
+        // See [Note: rendezvous above the inject size]. A sender waits for the clear-to-send
+        // (Finish posts the data); a receiver posts its receive first, then clears the send.
+        const uint64_t cts_tag = s.cts_tag | uint64_t(seg);
+        const uint64_t cts_cookie = Cookie(int(i), seg, Part::kClearToSend);
         if (s.is_send) {
-          transfer_.Send(s.peer, where, SegmentLength(s, seg), s.tag | uint64_t(seg), cookie);
+          transfer_.Recv(s.peer, nullptr, 0, cts_tag, cts_cookie);
         } else {
-          transfer_.Recv(s.peer, where, SegmentLength(s, seg), s.tag | uint64_t(seg), cookie);
+          transfer_.Recv(s.peer, Where(s, seg), length, data_tag, Cookie(int(i), seg, Part::kData));
+          transfer_.Send(s.peer, nullptr, 0, cts_tag, cts_cookie);
+          ++s.cts_pending;
         }
       }
     }
   }
   bool AllDone() const {
     for (const Stream& s : streams_) {
-      if (s.done < s.segments) return false;
+      if (s.done < s.segments || s.cts_pending > 0) return false;
     }
     return true;
   }
@@ -111,9 +165,19 @@ class StreamSet {
   template <typename F>
   void Finish(F&& on_segment) {
     for (uint64_t cookie : finished_) {
-      const int index = int(cookie >> 32), seg = int(uint32_t(cookie));
-      --streams_[index].in_flight;
-      ++streams_[index].done;
+      const int index = int((cookie >> 32) & 0x3fffffff), seg = int(uint32_t(cookie));
+      Stream& s = streams_[index];
+      if (Part(cookie >> 62) == Part::kClearToSend) {
+        if (s.is_send) {  // the receive is posted: send the data now
+          transfer_.Send(s.peer, Where(s, seg), SegmentLength(s, seg), s.tag | uint64_t(seg),
+                         Cookie(index, seg, Part::kData));
+        } else {
+          --s.cts_pending;
+        }
+        continue;
+      }
+      --s.in_flight;
+      ++s.done;
       on_segment(index, seg);
     }
     PumpAll();
@@ -124,6 +188,7 @@ class StreamSet {
   FabricTransfer& transfer_;
   const size_t segment_;
   const int window_;
+  const size_t rendezvous_bytes_;
   std::vector<Stream> streams_;
   std::vector<uint64_t> finished_;
 };
@@ -186,6 +251,17 @@ uint64_t FabricCommunicator::Tag(OpKind kind, uint32_t seq, int src) const {
          (uint64_t(src) << 20);
 }
 
+FabricStreamTags FabricCommunicator::Tags(OpKind kind, uint32_t seq, int sender,
+                                          int receiver) const {
+  // Clear-to-send messages get kinds of their own, three so that every such tag is unique:
+  // point-to-point numbers its messages per pair, the collectives share next_seq_, and an
+  // all-reduce streams to each peer twice (kAllReduceReduce and kAllReduceGather).
+  const OpKind cts_kind = kind == OpKind::kPointToPoint      ? OpKind::kClearToSendPointToPoint
+                          : kind == OpKind::kAllReduceGather ? OpKind::kClearToSendGather
+                                                             : OpKind::kClearToSend;
+  return FabricStreamTags{Tag(kind, seq, sender), Tag(cts_kind, seq, receiver)};
+}
+
 size_t FabricCommunicator::SegmentBytes(size_t largest_message) const {
   // Every rank computes the same size from the same counts, so segment numbers agree.
   const size_t needed = (largest_message + kMaxSegments - 1) / kMaxSegments;
@@ -223,11 +299,11 @@ Status FabricCommunicator::RunAllGather(const std::string& description, OpKind k
   }
   if (bytes == 0 || size() == 1) return OkStatus();
   auto transfer = NewTransfer(description);
-  StreamSet streams(*transfer, SegmentBytes(bytes), tuning_.window);
+  StreamSet streams(*transfer, SegmentBytes(bytes), tuning_.window, tuning_.rendezvous_bytes);
   for (int p = 0; p < size(); ++p) {
     if (p == rank_) continue;
-    streams.Add(false, p, out + size_t(p) * bytes, bytes, Tag(kind, seq, p));
-    streams.Add(true, p, send, bytes, Tag(kind, seq, rank_));
+    streams.Add(false, p, out + size_t(p) * bytes, bytes, Tags(kind, seq, p, rank_));
+    streams.Add(true, p, send, bytes, Tags(kind, seq, rank_, p));
   }
   streams.PumpAll();
   while (!streams.AllDone()) {
@@ -255,7 +331,7 @@ Status FabricCommunicator::RunReduce(const std::string& description, uint32_t se
 
   auto transfer = NewTransfer(description);
   transfer->KeepAliveIfOrphaned(scratch_);
-  StreamSet streams(*transfer, segment, tuning_.window);
+  StreamSet streams(*transfer, segment, tuning_.window, tuning_.rendezvous_bytes);
   const OpKind reduce_kind = all_gather ? OpKind::kAllReduceReduce : OpKind::kReduceScatter;
   std::vector<int> ring_of(n, -1);  // peer -> ring index in scratch
   std::vector<int> reduce_recv;     // stream ids gated by the reduction
@@ -264,16 +340,18 @@ Status FabricCommunicator::RunReduce(const std::string& description, uint32_t se
     if (p == rank_) continue;
     ring_of[p] = q;
     char* ring_base = scratch + size_t(q++) * size_t(ring) * segment;
-    streams.Add(true, p, in + blocks.offset[p], blocks.bytes[p], Tag(reduce_kind, seq, rank_));
-    const int r = streams.Add(false, p, ring_base, own_bytes, Tag(reduce_kind, seq, p), ring);
+    streams.Add(true, p, in + blocks.offset[p], blocks.bytes[p], Tags(reduce_kind, seq, rank_, p));
+    const int r =
+        streams.Add(false, p, ring_base, own_bytes, Tags(reduce_kind, seq, p, rank_), ring);
     streams[r].limit = ring;
     reduce_recv.push_back(r);
     if (all_gather) {
-      const int g = streams.Add(true, p, own, own_bytes, Tag(OpKind::kAllReduceGather, seq, rank_));
+      const int g =
+          streams.Add(true, p, own, own_bytes, Tags(OpKind::kAllReduceGather, seq, rank_, p));
       streams[g].limit = 0;
       gather_send.push_back(g);
       streams.Add(false, p, out + blocks.offset[p], blocks.bytes[p],
-                  Tag(OpKind::kAllReduceGather, seq, p));
+                  Tags(OpKind::kAllReduceGather, seq, p, rank_));
     }
   }
   std::vector<char> is_reduce_recv(streams.size(), 0);  // by stream id
@@ -319,13 +397,15 @@ Status FabricCommunicator::RunBroadcast(const std::string& description, uint32_t
   const int position = (rank_ - root + n) % n;
   const int prev = (rank_ - 1 + n) % n, next = (rank_ + 1) % n;
   auto transfer = NewTransfer(description);
-  StreamSet streams(*transfer, SegmentBytes(bytes), tuning_.window);
+  StreamSet streams(*transfer, SegmentBytes(bytes), tuning_.window, tuning_.rendezvous_bytes);
   int recv_stream = -1, send_stream = -1;
   if (position > 0) {
-    recv_stream = streams.Add(false, prev, buffer, bytes, Tag(OpKind::kBroadcast, seq, prev));
+    recv_stream =
+        streams.Add(false, prev, buffer, bytes, Tags(OpKind::kBroadcast, seq, prev, rank_));
   }
   if (position < n - 1) {
-    send_stream = streams.Add(true, next, buffer, bytes, Tag(OpKind::kBroadcast, seq, rank_));
+    send_stream =
+        streams.Add(true, next, buffer, bytes, Tags(OpKind::kBroadcast, seq, rank_, next));
     if (position > 0) streams[send_stream].limit = 0;
   }
   std::vector<char> have(recv_stream >= 0 ? streams[recv_stream].segments : 0, 0);
@@ -392,7 +472,7 @@ Status FabricCommunicator::RunAllToAll(const std::string& description, uint32_t 
 
   // Phase 2: the blocks of every pair that agreed.
   const size_t segment = tuning_.segment_bytes;
-  StreamSet streams(*transfer, segment, tuning_.window);
+  StreamSet streams(*transfer, segment, tuning_.window, tuning_.rendezvous_bytes);
   for (int i = 1; i < n; ++i) {
     const int p = (rank_ + i) % n;  // start with the next rank: spreads the load
     if (!agreed[p]) continue;
@@ -404,9 +484,9 @@ Status FabricCommunicator::RunAllToAll(const std::string& description, uint32_t 
           description, std::max(send_bytes, recv_bytes), p, kMaxSegments, segment));
     }
     streams.Add(false, p, out + layout.recv_offsets[p] * esize, recv_bytes,
-                Tag(OpKind::kAllToAll, seq, p));
+                Tags(OpKind::kAllToAll, seq, p, rank_));
     streams.Add(true, p, in + layout.send_offsets[p] * esize, send_bytes,
-                Tag(OpKind::kAllToAll, seq, rank_));
+                Tags(OpKind::kAllToAll, seq, rank_, p));
   }
   streams.PumpAll();
   while (!streams.AllDone()) {
@@ -489,10 +569,12 @@ void FabricCommunicator::PointToPointLoop() {
       }
       // The deadline of a point-to-point operation runs from here, when it starts.
       op->transfer = NewTransfer(op->work->description());
-      op->streams =
-          std::make_unique<StreamSet>(*op->transfer, SegmentBytes(op->bytes), tuning_.window);
+      op->streams = std::make_unique<StreamSet>(*op->transfer, SegmentBytes(op->bytes),
+                                                tuning_.window, tuning_.rendezvous_bytes);
+      const int sender = op->is_send ? rank_ : op->peer;
+      const int receiver = op->is_send ? op->peer : rank_;
       op->streams->Add(op->is_send, op->peer, op->buffer, op->bytes,
-                       Tag(OpKind::kPointToPoint, op->seq, op->is_send ? rank_ : op->peer));
+                       Tags(OpKind::kPointToPoint, op->seq, sender, receiver));
       op->streams->PumpAll();
       active.push_back(std::move(op));
     }

@@ -13,6 +13,22 @@
 //   ZS_FABRIC_WINDOW, default 4, in flight per peer and direction; both must be equal on every
 //   rank). Receives go straight into the caller's output except the reduction inputs, which
 //   land in a per-communicator ring of (size-1) x window segments (host tier, kCommBuffers).
+// - No send above the inject size is ever posted before its receive (rendezvous): for every
+//   segment of more than FabricTuning::rendezvous_bytes (the smallest inject size of the ranks'
+//   endpoints, agreed at connect: 4 KiB for shm, 64 B for tcp;ofi_rxm) the receiver posts its
+//   receive and then sends an empty clear-to-send message, and the sender posts the data only
+//   when that arrives. Why: a provider may hold a large send until the receiver matches it, and
+//   may let that send hold up others; shm does (libfabric #9853: its large sends complete in
+//   order through one queue per endpoint, so an unmatched one stalls every later large send of
+//   the endpoint, to any peer, of every communicator sharing it). With the handshake a send that
+//   waits for a late receive is only a posted receive of an empty message, and sends to peers
+//   that are ready, collectives and other communicators proceed. Segments at or below the
+//   inject size are sent at once (the provider copies them when posted; shm completes them at
+//   once), so small messages pay no round trip; larger ones pay one per segment, overlapped by
+//   the window. The clear-to-send tags use kinds of their own, never matching data.
+// - A count that differs between the two ranks of a send/recv or a collective pair fails with
+//   InvalidArgument on the receiving rank (and usually the sending one) when the data arrives,
+//   or with DeadlineExceeded on both when only the sender's segment needs a clear-to-send.
 // - Reduce-scatter is a direct exchange: the owner of each block reduces the size()
 //   contributions in rank order with ReduceSources, segment by segment. All-reduce is that
 //   reduce-scatter over blocks of ceil(count/size) elements fused with the all-gather of each
@@ -27,9 +43,11 @@
 // - Send/Recv match in start order per pair (a per-pair sequence number in the tag). They do
 //   not wait in the queue behind each other or behind collectives: a thread of their own, started
 //   by the first one and asleep while none is in flight, posts and progresses them at once, so
-//   ranks that start all their sends before their receives (a ring) cannot deadlock. Their
-//   buffers are untouched by collectives anyway (communicator.h), so only matching order counts.
-//   A failed operation of either kind breaks the communicator for both.
+//   ranks that start all their sends before their receives (a ring) cannot deadlock, and a send
+//   whose receive is started late (after other operations, of this or other communicators)
+//   holds up nothing else (rendezvous, above). Their buffers are untouched by collectives anyway
+//   (communicator.h), so only matching order counts. A failed operation of either kind breaks
+//   the communicator for both.
 // - Split: children share the parent's endpoint. The child's comm id is chosen from 64
 //   candidates derived from (parent id, split sequence number, color); each member reserves the
 //   candidates free on its endpoint, the members AND their masks and take the first common one,
@@ -57,10 +75,14 @@
 namespace zs {
 
 class FabricTransfer;
+struct FabricStreamTags;
 
 struct FabricTuning {
   size_t segment_bytes = size_t{1} << 20;  // multiple of 64
   int window = 4;                          // segments in flight per peer and direction
+  // Segments of more bytes wait for the receiver's clear-to-send (see the contract). The
+  // backend sets the smallest inject size of the ranks' endpoints; 0 = every nonempty segment.
+  size_t rendezvous_bytes = 0;
 };
 
 class FabricCommunicator final : public Communicator {
@@ -104,10 +126,15 @@ class FabricCommunicator final : public Communicator {
     kSplit,
     kAllToAllCounts,
     kAllToAll,
+    kClearToSend,              // for the kinds that share next_seq_ (all but the two below)
+    kClearToSendGather,        // for kAllReduceGather (an all-reduce also streams kAllReduceReduce)
+    kClearToSendPointToPoint,  // for kPointToPoint (per-pair sequence numbers)
   };
   struct Blocks;
 
   uint64_t Tag(OpKind kind, uint32_t seq, int src) const;
+  // A stream's data tag (src = sender) and clear-to-send tag (src = receiver).
+  FabricStreamTags Tags(OpKind kind, uint32_t seq, int sender, int receiver) const;
   size_t SegmentBytes(size_t largest_message) const;
   std::unique_ptr<FabricTransfer> NewTransfer(const std::string& description) const;
   char* Scratch(size_t bytes);  // the reduction ring; worker thread only

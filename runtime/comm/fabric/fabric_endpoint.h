@@ -72,6 +72,9 @@ class FabricEndpoint {
   // The provider as libfabric names it ("shm", "tcp;ofi_rxm") and this endpoint's address.
   const std::string& provider_name() const { return provider_name_; }
   const std::string& address() const { return address_; }
+  // The most bytes a send may carry with FI_INJECT (fi_info tx_attr->inject_size): the provider
+  // copies such a payload when the send is posted. 4096 for shm, 64 for tcp;ofi_rxm.
+  size_t inject_size() const { return info_->tx_attr->inject_size; }
 
   // Inserts the addresses of every world rank (index = world rank).
   Status InsertPeers(const std::vector<std::string>& addresses);

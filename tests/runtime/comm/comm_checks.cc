@@ -9,6 +9,7 @@
 #include <cstring>
 #include <functional>
 #include <initializer_list>
+#include <iterator>
 #include <memory>
 #include <span>
 #include <string>
@@ -447,6 +448,118 @@ Status CheckSplit(Communicator& comm) {
   members.clear();
   for (int k = 1; k < n; ++k) members.push_back(k);
   return CheckOneSplit(comm, "without_rank0", r == 0 ? -1 : 3, 0, members);
+}
+
+namespace {
+
+// The late-matched messages: f32 counts past the shm provider's inject size (4 KiB), and past
+// one fabric segment (1 MiB), so that one-message and segmented sends are both covered.
+constexpr size_t kLateCounts[] = {4096, (size_t{1} << 18) + 3};  // 16 KiB, 1 MiB + 12 B
+
+// Starts one send of each kLateCounts size to `peer` (inputs of this rank, seed + i); the
+// buffers go to *data, which must outlive the handles.
+std::vector<CommHandle> StartLateSends(Communicator& comm, int peer, uint32_t seed,
+                                       std::vector<Buffer>* data) {
+  std::vector<CommHandle> handles;
+  data->reserve(std::size(kLateCounts));
+  for (size_t i = 0; i < std::size(kLateCounts); ++i) {
+    data->push_back(Inputs(comm.rank(), kLateCounts[i], DType::kF32, seed + uint32_t(i)));
+    handles.push_back(comm.StartSend(data->back().data(), kLateCounts[i], DType::kF32, peer));
+  }
+  return handles;
+}
+
+// Receives what StartLateSends(comm, this rank, seed) on `peer` sent, and compares.
+Status ReceiveLateSends(Communicator& comm, int peer, uint32_t seed, const std::string& what) {
+  for (size_t i = 0; i < std::size(kLateCounts); ++i) {
+    Buffer got(kLateCounts[i], DType::kF32);
+    const std::string name =
+        fmt::format("{}: {} from rank {}", what, Name("recv", kLateCounts[i], DType::kF32), peer);
+    ZS_RETURN_IF_ERROR(Named(comm.Recv(got.data(), kLateCounts[i], DType::kF32, peer), name));
+    ZS_RETURN_IF_ERROR(
+        Compare(comm, name, got, 0, Inputs(peer, kLateCounts[i], DType::kF32, seed + uint32_t(i))));
+  }
+  return OkStatus();
+}
+
+// Every kind of operation, at the size that hung in train_gpt (8192 f32: 16 KiB blocks) and
+// past one segment; large sends and receives both ways.
+Status BusyTraffic(Communicator& comm, uint32_t seed) {
+  for (size_t count : {size_t{8192}, size_t{300'001}}) {
+    ZS_RETURN_IF_ERROR(CheckAllReduce(comm, count, DType::kF32, ReduceOp::kSum, seed++));
+    ZS_RETURN_IF_ERROR(CheckAllGather(comm, count, DType::kBF16, seed++));
+    ZS_RETURN_IF_ERROR(CheckReduceScatter(comm, count, DType::kF32, ReduceOp::kMax, seed++));
+    ZS_RETURN_IF_ERROR(CheckBroadcast(comm, count, DType::kF16, comm.size() - 1, seed++));
+    ZS_RETURN_IF_ERROR(CheckAllToAll(comm, count, DType::kF32, seed++));
+    ZS_RETURN_IF_ERROR(CheckSendRecvRing(comm, count, DType::kF32, seed++));
+  }
+  return OkStatus();
+}
+
+Status FirstError(std::initializer_list<Status> statuses) {
+  for (const Status& s : statuses) {
+    if (!s.ok()) return s;
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Status CheckLateReceives(Communicator& comm) {
+  const int n = comm.size(), r = comm.rank();
+  if (n < 3) return OkStatus();
+  // "late.a" holds every rank, "late.pair" ranks 0 and 1 only.
+  StatusOr<std::unique_ptr<Communicator>> split_a = comm.Split(0, r, "late.a");
+  ZS_RETURN_IF_ERROR(Named(split_a.status(), "late receives: split 'late.a'"));
+  StatusOr<std::unique_ptr<Communicator>> split_pair = comm.Split(r < 2 ? 0 : -1, r, "late.pair");
+  ZS_RETURN_IF_ERROR(Named(split_pair.status(), "late receives: split 'late.pair'"));
+  Communicator& a = **split_a;
+
+  // 1. Rank 0's sends to rank 2 on 'late.a' wait while ranks 0 and 1 run everything on
+  //    'late.pair'; rank 2 receives after a barrier that ranks 0 and 1 reach only afterwards.
+  {
+    const std::string what = "late receives across communicators";
+    std::vector<Buffer> data;
+    std::vector<CommHandle> sends;
+    if (r == 0) sends = StartLateSends(a, 2, 7000, &data);
+    Status busy = r < 2 ? Named(BusyTraffic(**split_pair, 7100), what) : OkStatus();
+    Status barrier = Named(comm.Barrier(), what + ": barrier");
+    Status received = r == 2 && barrier.ok() ? ReceiveLateSends(a, 0, 7000, what) : OkStatus();
+    Status sent = Named(WaitAll(sends), what + ": rank 0's sends to rank 2");
+    ZS_RETURN_IF_ERROR(FirstError({busy, barrier, received, sent}));
+  }
+  // 2. The same communicator: rank 0's sends to rank 2 wait while it sends to rank 1.
+  {
+    const std::string what = "late receives on one communicator, another peer";
+    std::vector<Buffer> data, data_to_1;
+    std::vector<CommHandle> sends;
+    Status other;
+    if (r == 0) {
+      sends = StartLateSends(a, 2, 7200, &data);
+      std::vector<CommHandle> to_1 = StartLateSends(a, 1, 7300, &data_to_1);
+      other = Named(WaitAll(to_1), what + ": sends to rank 1");
+    } else if (r == 1) {
+      other = ReceiveLateSends(a, 0, 7300, what);
+    }
+    Status barrier = Named(comm.Barrier(), what + ": barrier");
+    Status received = r == 2 && barrier.ok() ? ReceiveLateSends(a, 0, 7200, what) : OkStatus();
+    Status sent = Named(WaitAll(sends), what + ": rank 0's sends to rank 2");
+    ZS_RETURN_IF_ERROR(FirstError({other, barrier, received, sent}));
+  }
+  // 3. The same communicator: rank 0's sends to rank 2 wait while every rank runs collectives
+  //    on it (point-to-point operations do not queue behind collectives, nor these behind them).
+  {
+    const std::string what = "late receives behind collectives of the same communicator";
+    std::vector<Buffer> data;
+    std::vector<CommHandle> sends;
+    if (r == 0) sends = StartLateSends(a, 2, 7400, &data);
+    Status busy = Named(CheckAllReduce(a, 300'001, DType::kF32, ReduceOp::kSum, 7500), what);
+    if (busy.ok()) busy = Named(CheckAllGather(a, 8192, DType::kF32, 7501), what);
+    Status received = r == 2 && busy.ok() ? ReceiveLateSends(a, 0, 7400, what) : OkStatus();
+    Status sent = Named(WaitAll(sends), what + ": rank 0's sends to rank 2");
+    ZS_RETURN_IF_ERROR(FirstError({busy, received, sent}));
+  }
+  return Named(comm.Barrier(), "late receives: final barrier");
 }
 
 namespace {

@@ -65,6 +65,15 @@ Status CheckReduceScatterAllGatherEqualsAllReduce(Communicator& comm, size_t cou
 // and with rank 0 opting out (negative color): checks sizes, ranks, membership (an all-gather
 // of the parent ranks) and collectives on the children.
 Status CheckSplit(Communicator& comm);
+// Sends whose receives are posted late must not hold up anything else (needs 3 ranks; a no-op
+// below; ranks past 2 only take part in the splits and barriers). Rank 0 starts sends of 16 KiB
+// and 1 MiB + 12 B to rank 2, which posts the receives only after: (1) ranks 0 and 1 ran every
+// kind of operation, large sends and receives too, on another communicator split from the same
+// parent; (2) rank 0 sent the same sizes to rank 1 on the same communicator; (3) every rank ran
+// large collectives on the same communicator. Every operation must complete. For backends
+// whose sends never wait for their receives to be started (local, fabric); nccl's are
+// stream-ordered (see its header) and would deadlock by design.
+Status CheckLateReceives(Communicator& comm);
 // Bad roots and peers, null buffers, bad all-to-all layouts (span sizes, overflowing ranges,
 // overlaps, its own counts differing): every Start returns InvalidArgument, naming the values
 // for the all-to-all cases.
