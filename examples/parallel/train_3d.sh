@@ -7,7 +7,9 @@
 #   3. the same grid with the interleaved schedule (2 virtual stages), sequence parallelism
 #      and activation recompute
 #   4. the grid of run 2 as 8 processes over libfabric, started by zerorun
-# Every step's loss must agree with the reference within 1e-5 relative. Each run prints its
+#   5. experts: PP2 x DP2 with 4 experts per block spread over ep groups of 2, against one rank
+#      holding every expert (capacity factor 8: no token is dropped)
+# Every step's loss must agree with its reference within 1e-5 relative. Each run prints its
 # grid, every rank's role (which tp/pp/dp position, which units) and its memory against the
 # ZeRO formulas with the tp and pp factors.
 #
@@ -51,16 +53,26 @@ echo "== 4. TP2 x PP2 x DP2 as 8 processes over libfabric (zerorun)"
 "$zerorun" -n 8 --backend fabric -- "$train_gpt" "${model[@]}" --config "$work/ga4.json" \
   --tp 2 --pp 2 --report "$work/grid_procs.json" | grep -E "^\[r0\] (grid|step|loss)"
 
+echo
+echo "== 5. experts: one rank with 4 experts per block, then PP2 x DP2 with the experts over ep 2"
+experts=(--experts 4 --capacity-factor 8)
+"$train_gpt" "${model[@]}" "${experts[@]}" --config "$work/ga8.json" --report "$work/one_moe.json" |
+  grep -E "^(loss)"
+"$train_gpt" "${model[@]}" "${experts[@]}" --config "$work/ga4.json" --world 4 --pp 2 --ep 2 \
+  --report "$work/grid_moe.json" | grep -E "^(grid|  rank|step|loss)"
+
 python3 - "$work" <<'PY'
 import json, os, sys
 work = sys.argv[1]
-ref = json.load(open(os.path.join(work, "one.json")))["losses"]
-for name in ("grid", "grid_interleaved", "grid_procs"):
-    got = json.load(open(os.path.join(work, name + ".json")))["losses"]
+def losses(name):
+    return json.load(open(os.path.join(work, name + ".json")))["losses"]
+for name, ref_name in (("grid", "one"), ("grid_interleaved", "one"), ("grid_procs", "one"),
+                       ("grid_moe", "one_moe")):
+    ref, got = losses(ref_name), losses(name)
     assert len(got) == len(ref), (name, len(got), len(ref))
     worst = max(abs(g - r) / abs(r) for g, r in zip(got, ref))
     assert worst <= 1e-5, f"{name}: a loss differs from one rank's by {worst:.2e} relative"
     print(f"{name}: every step's loss within {worst:.1e} relative of one rank's "
           f"({ref[0]:.4f} -> {ref[-1]:.4f})")
-assert ref[-1] < ref[0] - 0.05, ("the loss did not fall", ref[0], ref[-1])
+    assert ref[-1] < ref[0] - 0.05, ("the loss did not fall", ref_name, ref[0], ref[-1])
 PY
