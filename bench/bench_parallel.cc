@@ -11,7 +11,9 @@
 // BM_Bubble/schedule: two pipeline ranks (one per core of this 2-core machine, so compute does
 // not contend), kMicroBatches micro-batches, the measured bubble fraction of the step
 // (pipeline_runner.h, MeasuredBubbleFraction: time the ranks spent outside Forward/Backward)
-// against the formula (p-1)/(m+p-1) (GPipe, 1F1B) or ((p-1)/v)/(m+(p-1)/v) (interleaved, v=2),
+// against the formula (p-1)/(m+p-1) (GPipe, 1F1B) or ((p-1)/v)/(m+(p-1)/v) (interleaved, v=2)
+// and against `bubble_simulated`, the simulator's bubble for the measured per-chunk times (the
+// formula assumes equal stages; the difference between the two is the stages' imbalance),
 // and each schedule's peak activation bytes on the first stage (which holds the most in
 // flight), with `activations_vs_gpipe` against GPipe measured in the same iteration, and
 // `held_vs_gpipe`, the same for what the micro-batches in flight hold (without the chunk's fixed
@@ -28,6 +30,7 @@
 #include "runtime/comm/local_ranks.h"
 #include "runtime/device/device_factory.h"
 #include "runtime/parallel/gpt/grid_gpt.h"
+#include "runtime/parallel/pipeline/schedule_simulator.h"
 
 namespace zs::parallel {
 namespace {
@@ -48,6 +51,9 @@ struct GridRun {
 struct Measured {
   std::vector<double> step_seconds;       // rank 0, timed steps (barrier to barrier)
   std::vector<double> bubble;             // per timed step, over the pp ranks of dp group 0
+  // The simulator's bubble for the same schedule with each chunk's measured mean forward and
+  // backward times: what the schedule gives these (unequal) stages with free communication.
+  std::vector<double> simulated_bubble;
   std::vector<MemorySnapshot> memory;     // per rank
   std::vector<int64_t> activation_peaks;  // per rank: the pipeline chunks' own peak
   std::vector<int64_t> micro_batch_peaks;  // per rank: the same without fixed scratch
@@ -121,7 +127,29 @@ Status Run(const GridRun& g, Measured& out) {
       },
       &out.memory);
   out.bubble.clear();
-  for (const auto& ranks : steps) out.bubble.push_back(MeasuredBubbleFraction(ranks));
+  out.simulated_bubble.clear();
+  if (!status.ok()) return status;
+  ZS_ASSIGN_OR_RETURN(PipelineSchedule schedule,
+                      BuildSchedule(g.schedule, g.pp, kMicroBatches, g.virtual_stages));
+  for (const auto& ranks : steps) {
+    out.bubble.push_back(MeasuredBubbleFraction(ranks));
+    ChunkCosts costs = ChunkCosts::Uniform(schedule.num_chunks(), 0, 0);
+    std::vector<int> forwards(size_t(schedule.num_chunks())), backwards(forwards);
+    for (const PipelineStepResult& r : ranks) {
+      for (const InstructionTiming& t : r.timings) {
+        const size_t c = size_t(t.instruction.chunk);
+        const bool fwd = t.instruction.op == PipelineOp::kForward;
+        (fwd ? costs.forward : costs.backward)[c] += t.end_s - t.start_s;
+        ++(fwd ? forwards : backwards)[c];
+      }
+    }
+    for (size_t c = 0; c < forwards.size(); ++c) {
+      if (forwards[c] > 0) costs.forward[c] /= forwards[c];
+      if (backwards[c] > 0) costs.backward[c] /= backwards[c];
+    }
+    ZS_ASSIGN_OR_RETURN(ScheduleSimulation sim, SimulateSchedule(schedule, costs));
+    out.simulated_bubble.push_back(sim.bubble_fraction);
+  }
   return status;
 }
 
@@ -181,7 +209,7 @@ void BM_Bubble(benchmark::State& state) {
   const int p = 2, v = kind == ScheduleKind::kInterleaved ? 2 : 1, m = kMicroBatches;
   const GridRun g{1, p, 1, kind, v};
   const GridRun gpipe{1, p, 1, ScheduleKind::kGPipe, 1};
-  std::vector<double> bubbles, ratios, held_ratios;
+  std::vector<double> bubbles, simulated, ratios, held_ratios;
   int64_t activations = 0;
   for (auto _ : state) {
     Measured base, mine;
@@ -189,6 +217,7 @@ void BM_Bubble(benchmark::State& state) {
     if (Status s = Run(g, mine); !s.ok()) return state.SkipWithError(s.ToString().c_str());
     state.SetIterationTime(Median(mine.step_seconds));
     bubbles.push_back(Median(mine.bubble));
+    simulated.push_back(Median(mine.simulated_bubble));
     activations = mine.activation_peaks[0];  // pp rank 0 holds the most in flight
     ratios.push_back(double(mine.activation_peaks[0]) / double(base.activation_peaks[0]));
     held_ratios.push_back(double(mine.micro_batch_peaks[0]) / double(base.micro_batch_peaks[0]));
@@ -199,6 +228,7 @@ void BM_Bubble(benchmark::State& state) {
   state.counters["bubble"] = Median(bubbles);
   state.counters["bubble_formula"] = formula;
   state.counters["bubble_vs_formula"] = Median(bubbles) / formula;
+  state.counters["bubble_simulated"] = Median(simulated);
   state.counters["stage0_activation_bytes"] = double(activations);
   state.counters["activations_vs_gpipe"] = Median(ratios);
   // What the micro-batches in flight hold, without the chunk's fixed scratch: GPipe keeps m,
