@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <mutex>
 
 #include "runtime/comm/local_ranks.h"
@@ -322,6 +323,57 @@ TEST(EngineParallelismTest, PerStepReductionNeedsEveryBackwardBeforeStep) {
         return OkStatus();
       });
   EXPECT_TRUE(status.ok()) << status.ToString();
+}
+
+// fp16: an overflow on one pipeline stage (an inf in its gradient) skips the step on every
+// rank of the grid, and every rank's loss scale moves alike; the next step is taken everywhere.
+TEST(EngineParallelismTest, Fp16OverflowOnOneStageSkipsEveryStage) {
+  const RankGrid grid = RankGrid::Create(1, 2, 2).value();  // pp 2 x dp 2
+  EngineConfig config;
+  config.zero_optimization.stage = 2;
+  config.fp16.enabled = true;
+  config.fp16.hysteresis = 1;
+  std::mutex mu;
+  std::vector<StepResult> first(4), second(4);
+  CommOptions options;
+  options.timeout = std::chrono::milliseconds(30'000);
+  Status status = RunLocalRanks(
+      4, options, [&](int rank, Communicator& comm, MemoryTracker& tracker) -> Status {
+        ZS_ASSIGN_OR_RETURN(ProcessGroups groups, ProcessGroups::Create(comm, grid));
+        ZS_ASSIGN_OR_RETURN(auto device, CreateDevice("cpu", tracker));
+        EngineParallelism parallel;
+        parallel.model_parallel = &groups.model_parallel();
+        ZS_ASSIGN_OR_RETURN(auto e, ZeroEngine::Create(config, ToySpec(), ToyInit(), *device,
+                                                       groups.dp(), nullptr, parallel));
+        for (int step = 0; step < 2; ++step) {
+          for (int u : {0, 1}) {
+            ZS_RETURN_IF_ERROR(e->BeginForward(u));
+            ZS_RETURN_IF_ERROR(e->EndForward(u));
+          }
+          for (int u : {1, 0}) {
+            ZS_RETURN_IF_ERROR(e->BeginBackward(u));
+            ZS_RETURN_IF_ERROR(WriteGrads(*e, u, 0, groups.coord().pp, step, 0));
+            // Step 0: one rank of the last stage overflows.
+            if (step == 0 && groups.coord().pp == 1 && groups.coord().dp == 1 && u == 1) {
+              e->Grad(1, 0)[3] = std::numeric_limits<float>::infinity();
+            }
+            ZS_RETURN_IF_ERROR(e->EndBackward(u));
+          }
+          ZS_ASSIGN_OR_RETURN(StepResult r, e->Step());
+          std::lock_guard<std::mutex> lock(mu);
+          (step == 0 ? first : second)[size_t(rank)] = r;
+        }
+        return OkStatus();
+      });
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  for (int r = 0; r < 4; ++r) {
+    SCOPED_TRACE(fmt::format("rank {}", r));
+    EXPECT_TRUE(first[size_t(r)].skipped);
+    EXPECT_EQ(first[size_t(r)].step, 0);
+    EXPECT_FALSE(second[size_t(r)].skipped);
+    EXPECT_EQ(second[size_t(r)].step, 1);
+    EXPECT_EQ(second[size_t(r)].loss_scale, first[0].loss_scale / 2) << "the scale halves";
+  }
 }
 
 TEST(EngineParallelismTest, TpRankOutsideTheGroupIsAnError) {
