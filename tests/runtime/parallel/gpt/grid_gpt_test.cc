@@ -426,6 +426,57 @@ TEST(GridGptTest, OneFOneBHoldsAtMostPMinusRMicroBatches) {
   }
 }
 
+// A rank that fails mid-step (its data source errs on step 1) makes every other rank of the
+// grid fail too, soon, instead of hanging; the failed rank's GridGpt refuses further steps.
+TEST(GridGptTest, ARankFailingMidStepFailsEveryRankWithoutHanging) {
+  const int world = 8;
+  std::vector<Status> statuses(world);
+  std::mutex mu;
+  CommOptions options;
+  options.timeout = std::chrono::milliseconds(20'000);
+  const auto start = std::chrono::steady_clock::now();
+  (void)RunLocalRanks(world, options, [&](int rank, Communicator& comm,
+                                          MemoryTracker& tracker) -> Status {
+    Status result = [&]() -> Status {
+      ZS_ASSIGN_OR_RETURN(RankGrid grid, RankGrid::Create(2, 2, 2, world));
+      ZS_ASSIGN_OR_RETURN(ProcessGroups groups, ProcessGroups::Create(comm, grid));
+      ZS_ASSIGN_OR_RETURN(auto device, CreateDevice("cpu", tracker));
+      GridGptOptions o;
+      o.model.gpt = SmallGpt(2);
+      o.engine = Config(1, 2);
+      o.micro_batch = 2;
+      o.seq = kSeq;
+      ZS_ASSIGN_OR_RETURN(auto g, GridGpt::Create(o, groups, *device, &tracker));
+      for (int step = 0; step < 3; ++step) {
+        StatusOr<GridStepResult> r =
+            g->TrainStep([&](int mb, std::span<int32_t> tokens, std::span<int32_t> targets) {
+              if (rank == 1 && step == 1 && mb == 1) {
+                return IoError("injected: rank 1 lost its data");
+              }
+              Fill(step, mb, groups.coord().dp, 2, 2, tokens, targets);
+              return OkStatus();
+            });
+        if (!r.ok()) {
+          // Once broken, always broken.
+          StatusOr<GridStepResult> again = g->TrainStep(
+              [](int, std::span<int32_t>, std::span<int32_t>) { return OkStatus(); });
+          EXPECT_EQ(again.status().code(), StatusCode::kAborted) << again.status().ToString();
+          return r.status();
+        }
+      }
+      return OkStatus();
+    }();
+    std::lock_guard<std::mutex> lock(mu);
+    statuses[size_t(rank)] = result;
+    return result;
+  });
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(statuses[1].message().find("injected"), std::string::npos) << statuses[1].ToString();
+  for (int r = 0; r < world; ++r) EXPECT_FALSE(statuses[size_t(r)].ok()) << "rank " << r;
+  EXPECT_LT(seconds, 40.0) << "the other ranks waited out their timeouts and more";
+}
+
 TEST(GridGptTest, BadGridsAreClearErrors) {
   {  // heads not divisible by tp
     GridSpec s;
