@@ -19,6 +19,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -493,6 +494,11 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
 
 int main(int argc, char** argv) {
   using namespace zs;
+  // libfabric's psm2 provider loads libpsm2/libinfinipath when it probes; they install handlers
+  // for fatal signals that write "<program>.<host>-<pid>,...btr" files into the working
+  // directory and swallow the crash. Off unless asked for (set while one thread runs).
+  ::setenv("HFI_NO_BACKTRACE", "1", /*overwrite=*/0);
+  ::setenv("IPATH_NO_BACKTRACE", "1", /*overwrite=*/0);
   Shared shared;
   Args& args = shared.args;
   CLI::App app{"train_gpt: a character-level GPT trained with the ZeRO engine"};

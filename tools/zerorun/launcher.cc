@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <optional>
 
 extern char** environ;
@@ -137,15 +138,28 @@ std::vector<std::string> RankEnvironment(const LaunchOptions& o, int rank,
       {"ZS_RENDEZVOUS", rendezvous},
   };
   if (!o.backend.empty()) ours.emplace_back("ZS_BACKEND", o.backend);
+  // libfabric's psm2 provider loads libpsm2/libinfinipath when it probes, and they install
+  // signal handlers that write "<program>.<host>-<pid>,...btr" backtrace files into the working
+  // directory when a rank is stopped (as zerorun stops the others after a failure). Turn that
+  // off unless the caller asked for it.
+  const std::pair<std::string, std::string> defaults[] = {{"HFI_NO_BACKTRACE", "1"},
+                                                          {"IPATH_NO_BACKTRACE", "1"}};
   std::vector<std::string> env;
+  std::vector<bool> present(std::size(defaults), false);
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     std::string_view entry(*e);
     const std::string_view name = entry.substr(0, entry.find('='));
     const bool replaced =
         std::any_of(ours.begin(), ours.end(), [&](const auto& kv) { return kv.first == name; });
     if (!replaced) env.emplace_back(entry);
+    for (size_t i = 0; i < std::size(defaults); ++i) {
+      if (defaults[i].first == name) present[i] = true;
+    }
   }
   for (const auto& [k, v] : ours) env.push_back(k + "=" + v);
+  for (size_t i = 0; i < std::size(defaults); ++i) {
+    if (!present[i]) env.push_back(defaults[i].first + "=" + defaults[i].second);
+  }
   return env;
 }
 
