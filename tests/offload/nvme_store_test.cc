@@ -22,6 +22,7 @@
 #include "offload/block_checksum.h"
 #include "runtime/base/splitmix64.h"
 #include "tests/offload/scoped_limits.h"
+#include "tests/status_is.h"
 
 namespace zs {
 namespace {
@@ -31,22 +32,6 @@ constexpr int64_t kKiB = 1024;
 constexpr int64_t kMiB = 1024 * kKiB;
 constexpr IoBackend kConcreteBackends[] = {IoBackend::kIoUring, IoBackend::kLibaio,
                                            IoBackend::kPosix};
-
-// A StatusIs-style check: the code, and every part somewhere in the message.
-::testing::AssertionResult StatusIs(const Status& status, StatusCode code,
-                                    std::initializer_list<std::string> parts) {
-  if (status.code() != code) {
-    return ::testing::AssertionFailure()
-           << "expected " << StatusCodeName(code) << ", got " << status.ToString();
-  }
-  for (const std::string& part : parts) {
-    if (status.message().find(part) == std::string::npos) {
-      return ::testing::AssertionFailure()
-             << "message lacks \"" << part << "\": " << status.ToString();
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
 
 // A fresh directory per test, removed after.
 class TempDir {

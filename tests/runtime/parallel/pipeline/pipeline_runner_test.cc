@@ -19,26 +19,12 @@
 #include "runtime/parallel/pipeline/stage_partition.h"
 #include "tests/runtime/parallel/pipeline/rendezvous_communicator.h"
 #include "tests/runtime/parallel/pipeline/toy_chain.h"
+#include "tests/status_is.h"
 
 namespace zs::testing {
 namespace {
 
 using std::chrono::milliseconds;
-
-::testing::AssertionResult StatusIs(const Status& status, StatusCode code,
-                                    std::initializer_list<std::string> parts) {
-  if (status.code() != code) {
-    return ::testing::AssertionFailure()
-           << "expected " << StatusCodeName(code) << ", got " << status.ToString();
-  }
-  for (const std::string& part : parts) {
-    if (status.message().find(part) == std::string::npos) {
-      return ::testing::AssertionFailure()
-             << "message lacks \"" << part << "\": " << status.ToString();
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
 
 CommOptions Options(milliseconds timeout) {
   CommOptions options;

@@ -12,24 +12,10 @@
 #include <vector>
 
 #include "runtime/parallel/pipeline/schedule_simulator.h"
+#include "tests/status_is.h"
 
 namespace zs {
 namespace {
-
-::testing::AssertionResult StatusIs(const Status& status, StatusCode code,
-                                    std::initializer_list<std::string> parts) {
-  if (status.code() != code) {
-    return ::testing::AssertionFailure()
-           << "expected " << StatusCodeName(code) << ", got " << status.ToString();
-  }
-  for (const std::string& part : parts) {
-    if (status.message().find(part) == std::string::npos) {
-      return ::testing::AssertionFailure()
-             << "message lacks \"" << part << "\": " << status.ToString();
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
 
 struct Config {
   ScheduleKind kind;

@@ -1,6 +1,7 @@
 // The stage partitioner against brute force over every contiguous partition of small models,
 // its tie-break, the virtual-stage mapping and every documented error.
 #include "runtime/parallel/pipeline/stage_partition.h"
+#include "tests/status_is.h"
 
 #include <gtest/gtest.h>
 
@@ -15,21 +16,6 @@
 
 namespace zs {
 namespace {
-
-::testing::AssertionResult StatusIs(const Status& status, StatusCode code,
-                                    std::initializer_list<std::string> parts) {
-  if (status.code() != code) {
-    return ::testing::AssertionFailure()
-           << "expected " << StatusCodeName(code) << ", got " << status.ToString();
-  }
-  for (const std::string& part : parts) {
-    if (status.message().find(part) == std::string::npos) {
-      return ::testing::AssertionFailure()
-             << "message lacks \"" << part << "\": " << status.ToString();
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
 
 double RangeCost(const std::vector<double>& costs, ChunkUnits r) {
   double sum = 0;
