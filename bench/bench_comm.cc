@@ -182,12 +182,22 @@ struct World {
   std::mutex mu;
 };
 
+// Every world of the run. Closed by CloseWorlds() at the end of main(): a fabric endpoint left
+// open keeps its /dev/shm region (16 MiB for shm) after the process exits.
+std::mutex worlds_mu;
+std::map<std::string, std::unique_ptr<World>>& Worlds() {
+  static auto* worlds = new std::map<std::string, std::unique_ptr<World>>();
+  return *worlds;
+}
+
+void CloseWorlds() {
+  std::lock_guard<std::mutex> lock(worlds_mu);
+  Worlds().clear();  // no benchmark thread runs any more: every rank is idle
+}
+
 World& GetWorld(const std::string& key, int size) {
-  static std::mutex mu;
-  static std::map<std::string, std::unique_ptr<World>>* worlds =
-      new std::map<std::string, std::unique_ptr<World>>();
-  std::lock_guard<std::mutex> lock(mu);
-  auto& w = (*worlds)[key];
+  std::lock_guard<std::mutex> lock(worlds_mu);
+  auto& w = Worlds()[key];
   if (!w) {
     w = std::make_unique<World>();
     w->comms.resize(size);
@@ -453,6 +463,7 @@ int main(int argc, char** argv) {
     benchmark::RunSpecifiedBenchmarks(&checked);
   }
   benchmark::Shutdown();
+  zs::CloseWorlds();
   int rc = 0;
   if (world != nullptr) {
     // No rank leaves while a peer may still be talking to it.
