@@ -7,11 +7,13 @@
 //   bit at one dp rank, and bit-identical across ZeRO stages 0-3 at two.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <mutex>
 
+#include "runtime/comm/all_gather_scalar.h"
 #include "runtime/comm/local_ranks.h"
 #include "runtime/comm/process_groups.h"
 #include "runtime/device/device_factory.h"
@@ -373,6 +375,77 @@ TEST(EngineParallelismTest, Fp16OverflowOnOneStageSkipsEveryStage) {
     EXPECT_FALSE(second[size_t(r)].skipped);
     EXPECT_EQ(second[size_t(r)].step, 1);
     EXPECT_EQ(second[size_t(r)].loss_scale, first[0].loss_scale / 2) << "the scale halves";
+  }
+}
+
+// Two engines per rank that clip with one norm (experts: PrepareStep/FinishStep): an fp16
+// overflow in one rank's second engine skips the step of both engines on every rank, and the
+// norm both report is the total of both.
+TEST(EngineParallelismTest, TwoEnginesShareOneNormAndOneOverflowDecision) {
+  EngineConfig config;
+  config.zero_optimization.stage = 1;
+  config.fp16.enabled = true;
+  config.fp16.hysteresis = 1;
+  std::mutex mu;
+  std::vector<std::array<StepResult, 2>> first(2), second(2);
+  std::vector<double> expected_sum(2, 0.0);
+  CommOptions options;
+  options.timeout = std::chrono::milliseconds(30'000);
+  Status status = RunLocalRanks(
+      2, options, [&](int rank, Communicator& comm, MemoryTracker& tracker) -> Status {
+        ZS_ASSIGN_OR_RETURN(auto device, CreateDevice("cpu", tracker));
+        // The second engine's group: this rank alone (as an edp group of 1).
+        ZS_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> alone, comm.Split(rank, 0, "alone"));
+        EngineParallelism second_parallel;
+        second_parallel.ep_rank = rank;
+        ZS_ASSIGN_OR_RETURN(auto a, ZeroEngine::Create(config, ToySpec(), ToyInit(), *device,
+                                                       comm));
+        ModelSpec experts = ToySpec();  // each rank's second engine holds its own "experts"
+        for (UnitSpec& unit : experts.units) {
+          for (ParamSpec& p : unit.params) p.expert_parallel = true;
+        }
+        ZS_ASSIGN_OR_RETURN(auto b, ZeroEngine::Create(config, std::move(experts), ToyInit(),
+                                                       *device, *alone, nullptr, second_parallel));
+        for (int step = 0; step < 2; ++step) {
+          for (ZeroEngine* e : {a.get(), b.get()}) {
+            for (int u : {0, 1}) {
+              ZS_RETURN_IF_ERROR(e->BeginForward(u));
+              ZS_RETURN_IF_ERROR(e->EndForward(u));
+            }
+            for (int u : {1, 0}) {
+              ZS_RETURN_IF_ERROR(e->BeginBackward(u));
+              ZS_RETURN_IF_ERROR(WriteGrads(*e, u, 0, e == b.get() ? 5 + rank : 0, step, 0));
+              if (step == 0 && rank == 1 && e == b.get() && u == 1) {
+                e->Grad(1, 1)[2] = std::numeric_limits<float>::infinity();
+              }
+              ZS_RETURN_IF_ERROR(e->EndBackward(u));
+            }
+          }
+          ZS_ASSIGN_OR_RETURN(const double sa, a->PrepareStep());
+          ZS_ASSIGN_OR_RETURN(const double sb, b->PrepareStep());
+          // The second engines' sums over the ranks, then the whole.
+          ZS_ASSIGN_OR_RETURN(const double sb_all, AllSumScalar(comm, sb));
+          const double total = sa + sb_all;
+          ZS_ASSIGN_OR_RETURN(StepResult ra, a->FinishStep(total));
+          ZS_ASSIGN_OR_RETURN(StepResult rb, b->FinishStep(total));
+          std::lock_guard<std::mutex> lock(mu);
+          (step == 0 ? first : second)[size_t(rank)] = {ra, rb};
+          if (step == 1) expected_sum[size_t(rank)] = total;
+        }
+        return OkStatus();
+      });
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(fmt::format("rank {}", r));
+    for (int e = 0; e < 2; ++e) {
+      EXPECT_TRUE(first[size_t(r)][size_t(e)].skipped) << "engine " << e;
+      EXPECT_FALSE(second[size_t(r)][size_t(e)].skipped) << "engine " << e;
+      EXPECT_EQ(second[size_t(r)][size_t(e)].step, 1);
+      const double norm = second[size_t(r)][size_t(e)].grad_norm;
+      // The loss scale was halved after the overflow; the norm is of unscaled gradients.
+      EXPECT_EQ(norm, std::sqrt(expected_sum[size_t(r)])) << "engine " << e;
+      EXPECT_EQ(norm, second[0][0].grad_norm) << "every rank and engine: one norm";
+    }
   }
 }
 
