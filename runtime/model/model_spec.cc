@@ -22,6 +22,17 @@ int64_t ModelSpec::numel() const {
   return n;
 }
 
+bool ModelSpec::SameShapes(const ModelSpec& other) const {
+  if (units.size() != other.units.size()) return false;
+  for (size_t u = 0; u < units.size(); ++u) {
+    if (units[u].params.size() != other.units[u].params.size()) return false;
+    for (size_t p = 0; p < units[u].params.size(); ++p) {
+      if (units[u].params[p].shape != other.units[u].params[p].shape) return false;
+    }
+  }
+  return true;
+}
+
 Status ModelSpec::Validate() const {
   if (units.empty()) return InvalidArgumentError("model has no units");
   for (size_t u = 0; u < units.size(); ++u) {

@@ -57,6 +57,9 @@ struct ModelSpec {
   // InvalidArgument naming the unit and parameter for a negative dimension, an empty unit
   // name, or a model without units.
   Status Validate() const;
+  // The same units, each with the same number of parameters of the same shapes (names and
+  // metadata aside): model code checks that a UnitAccess holds the model it was built for.
+  bool SameShapes(const ModelSpec& other) const;
 };
 
 using ParamInit = std::function<void(int unit, int param, std::span<float> values)>;

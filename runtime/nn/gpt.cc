@@ -114,14 +114,7 @@ Status Gpt::CheckInputs(const UnitAccess& access, std::span<const int32_t> token
     }
   }
   const ModelSpec& model = access.model();
-  bool same = model.units.size() == spec_.units.size();
-  for (size_t u = 0; same && u < spec_.units.size(); ++u) {
-    same = model.units[u].params.size() == spec_.units[u].params.size();
-    for (size_t p = 0; same && p < spec_.units[u].params.size(); ++p) {
-      same = model.units[u].params[p].shape == spec_.units[u].params[p].shape;
-    }
-  }
-  if (!same) {
+  if (!model.SameShapes(spec_)) {
     return InvalidArgumentError(fmt::format(
         "gpt: the UnitAccess's model ({} units, {} values) is not this GPT's ({} units, {} values)",
         model.units.size(), model.numel(), spec_.units.size(), spec_.numel()));

@@ -30,19 +30,24 @@ Status CheckDispatchArgs(size_t choices, int k, int num_experts, int64_t capacit
   return OkStatus();
 }
 
+DispatchPlan DispatchPlan::Sized(size_t choices, int k, int num_experts, int64_t capacity) {
+  DispatchPlan plan;
+  plan.tokens = int64_t(choices) / k;
+  plan.k = k;
+  plan.num_experts = num_experts;
+  plan.capacity = capacity;
+  plan.routed.resize(size_t(num_experts));
+  plan.kept.resize(size_t(num_experts));
+  plan.offsets.resize(size_t(num_experts) + 1);
+  plan.slot.resize(choices);
+  return plan;
+}
+
 StatusOr<DispatchPlan> PlanDispatch(std::span<const int32_t> expert_of, int k, int num_experts,
                                     int64_t capacity) {
   ZS_RETURN_IF_ERROR(CheckDispatchArgs(expert_of.size(), k, num_experts, capacity));
   const size_t n = expert_of.size();
-  DispatchPlan plan;
-  plan.tokens = int64_t(n) / k;
-  plan.k = k;
-  plan.num_experts = num_experts;
-  plan.capacity = capacity;
-  plan.routed.resize(num_experts);
-  plan.kept.resize(num_experts);
-  plan.offsets.resize(size_t(num_experts) + 1);
-  plan.slot.resize(n);
+  DispatchPlan plan = DispatchPlan::Sized(n, k, num_experts, capacity);
   std::vector<int32_t> sort_keys(n), sorted_assign(n), expert_begin(size_t(num_experts) + 1),
       assignment(n);
 

@@ -45,6 +45,10 @@ struct DispatchPlan {
 
   int64_t rows() const { return offsets.empty() ? 0 : offsets.back(); }
   int64_t dropped() const { return tokens * k - rows(); }
+
+  // A plan for `choices` = tokens * k assignments with its per-expert arrays and `slot` sized
+  // (zeros) and `assignment` empty, for a planner to fill (the CPU and GPU planners share it).
+  static DispatchPlan Sized(size_t choices, int k, int num_experts, int64_t capacity);
 };
 
 // `capacity` is the most rows one expert keeps; pass tokens * k (or more) to drop nothing.

@@ -53,16 +53,8 @@ StatusOr<DispatchPlan> PlanDispatchCudaFromHost(std::span<const int32_t> expert_
                                                 int num_experts, int64_t capacity) {
   ZS_RETURN_IF_ERROR(CheckDispatchArgs(expert_of.size(), k, num_experts, capacity));
   const size_t n = expert_of.size();
-  DispatchPlan plan;
-  plan.tokens = int64_t(n) / k;
-  plan.k = k;
-  plan.num_experts = num_experts;
-  plan.capacity = capacity;
-  plan.routed.resize(num_experts);
-  plan.kept.resize(num_experts);
-  plan.offsets.resize(size_t(num_experts) + 1);
-  plan.assignment.resize(n);
-  plan.slot.resize(n);
+  DispatchPlan plan = DispatchPlan::Sized(n, k, num_experts, capacity);
+  plan.assignment.resize(n);  // the GPU writes every candidate row; trimmed to rows() below
   const dispatch_detail::PlanPointers out{plan.routed.data(), plan.kept.data(), plan.offsets.data(),
                                           plan.assignment.data(), plan.slot.data()};
   ZS_RETURN_IF_ERROR(ToStatus(

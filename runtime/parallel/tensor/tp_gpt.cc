@@ -262,14 +262,7 @@ Status TpGpt::CheckInputs(const UnitAccess& access, std::span<const int32_t> tok
   ZS_RETURN_IF_ERROR(CheckTokens("token", tokens, batch, seq));
   ZS_RETURN_IF_ERROR(CheckTokens("target", targets, batch, seq));
   const ModelSpec& model = access.model();
-  bool same = model.units.size() == spec_.units.size();
-  for (size_t u = 0; same && u < spec_.units.size(); ++u) {
-    same = model.units[u].params.size() == spec_.units[u].params.size();
-    for (size_t p = 0; same && p < spec_.units[u].params.size(); ++p) {
-      same = model.units[u].params[p].shape == spec_.units[u].params[p].shape;
-    }
-  }
-  if (!same) {
+  if (!model.SameShapes(spec_)) {
     return InvalidArgumentError(fmt::format(
         "tp gpt: the UnitAccess's model ({} units, {} values) is not this rank's TpGpt ({} "
         "units, {} values at tp {})",

@@ -263,27 +263,36 @@ GridResult RunGrid(const GridSpec& spec, const Reference* ref, const NamedParams
   return out;
 }
 
+// The grid's run against the one-rank run's losses and norms, and its parameter differences
+// (measured by RunGrid) against the tolerances of [Note: parameter tolerance].
+void ExpectCloseToOneRank(const GridSpec& spec, const GridResult& grid,
+                          const std::vector<double>& ref_losses,
+                          const std::vector<double>& ref_norms) {
+  ASSERT_EQ(grid.losses.size(), ref_losses.size());
+  for (size_t s = 0; s < ref_losses.size(); ++s) {
+    EXPECT_NEAR(grid.losses[s], ref_losses[s], 1e-5 * std::abs(ref_losses[s])) << "step " << s;
+    // The global norm covers every part once (replicated parameters once, every stage, every
+    // expert); AdamW's normalized update hides a wrong clip coefficient, so check the norm
+    // (the float sums differ at ~1e-7 relative; counting the router on both ep ranks moves
+    // the norm by 1.5e-5).
+    EXPECT_NEAR(grid.grad_norms[s], ref_norms[s], 1e-6 * ref_norms[s]) << "step " << s;
+  }
+  std::printf("  %s: losses %.6f -> %.6f (one rank %.6f -> %.6f), parameters: max |diff| %.3g, "
+              "mean %.3g\n",
+              spec.ToString().c_str(), grid.losses.front(), grid.losses.back(),
+              ref_losses.front(), ref_losses.back(), grid.max_param_diff, grid.mean_param_diff);
+  EXPECT_LE(grid.max_param_diff, kParamTolerance);
+  EXPECT_LE(grid.mean_param_diff, kMeanTolerance);
+  // The loss must have moved, or the comparison shows nothing.
+  EXPECT_NE(ref_losses.front(), ref_losses.back());
+}
+
 void ExpectMatchesReference(const GridSpec& spec) {
   SCOPED_TRACE(spec.ToString());
   const Reference ref = RunReference(spec.layers, spec.dp, spec.ga, spec.micro_batch);
   const GridResult grid = RunGrid(spec, &ref);
   ASSERT_TRUE(grid.status.ok()) << grid.status.ToString();
-  ASSERT_EQ(grid.losses.size(), ref.losses.size());
-  for (size_t s = 0; s < ref.losses.size(); ++s) {
-    EXPECT_NEAR(grid.losses[s], ref.losses[s], 1e-5 * std::abs(ref.losses[s])) << "step " << s;
-    // The global norm covers every part once (replicated parameters once, every stage, every
-    // expert); AdamW's normalized update hides a wrong clip coefficient, so check the norm
-    // (the float sums differ at ~1e-7 relative; counting the router on both ep ranks moves
-    // the norm by 1.5e-5).
-    EXPECT_NEAR(grid.grad_norms[s], ref.grad_norms[s], 1e-6 * ref.grad_norms[s]) << "step " << s;
-  }
-  std::printf("  %s: losses %.6f -> %.6f (one rank %.6f -> %.6f), parameters: max |diff| %.3g, mean %.3g\n",
-              spec.ToString().c_str(), grid.losses.front(), grid.losses.back(), ref.losses.front(),
-              ref.losses.back(), grid.max_param_diff, grid.mean_param_diff);
-  EXPECT_LE(grid.max_param_diff, kParamTolerance);
-  EXPECT_LE(grid.mean_param_diff, kMeanTolerance);
-  // The loss must have moved, or the comparison shows nothing.
-  EXPECT_NE(ref.losses.front(), ref.losses.back());
+  ExpectCloseToOneRank(spec, grid, ref.losses, ref.grad_norms);
 }
 
 TEST(GridGptTest, TensorParallelMatchesOneRank) {
@@ -370,21 +379,7 @@ void ExpectExpertsMatchOneRank(GridSpec spec) {
   ASSERT_TRUE(ref.status.ok()) << ref.status.ToString();
   const GridResult grid = RunGrid(spec, nullptr, &reference);
   ASSERT_TRUE(grid.status.ok()) << grid.status.ToString();
-  for (size_t s = 0; s < ref.losses.size(); ++s) {
-    EXPECT_NEAR(grid.losses[s], ref.losses[s], 1e-5 * std::abs(ref.losses[s])) << "step " << s;
-    // The global norm covers every part once (replicated parameters once, every stage, every
-    // expert); AdamW's normalized update hides a wrong clip coefficient, so check the norm
-    // (the float sums differ at ~1e-7 relative; counting the router on both ep ranks moves
-    // the norm by 1.5e-5).
-    EXPECT_NEAR(grid.grad_norms[s], ref.grad_norms[s], 1e-6 * ref.grad_norms[s]) << "step " << s;
-  }
-  std::printf("  %s: losses %.6f -> %.6f (one rank %.6f -> %.6f), parameters: max |diff| %.3g, "
-              "mean %.3g\n",
-              spec.ToString().c_str(), grid.losses.front(), grid.losses.back(),
-              ref.losses.front(), ref.losses.back(), grid.max_param_diff, grid.mean_param_diff);
-  EXPECT_LE(grid.max_param_diff, kParamTolerance);
-  EXPECT_LE(grid.mean_param_diff, kMeanTolerance);
-  EXPECT_NE(ref.losses.front(), ref.losses.back());
+  ExpectCloseToOneRank(spec, grid, ref.losses, ref.grad_norms);
 }
 
 TEST(GridGptTest, ExpertParallelMatchesOneRank) {
