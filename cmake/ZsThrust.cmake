@@ -17,33 +17,43 @@
 # How the headers are found, without enabling the CUDA language: find_package(CUDAToolkit)
 # locates the toolkit (CUDAToolkit_ROOT, nvcc on PATH, /usr/local/cuda), then
 # find_package(CCCL CONFIG) looks beside its libraries (<toolkit>/lib64/cmake/cccl). When
-# cmake/ZsCuda.cmake already found CCCL (CUDA builds), that is reused. No toolkit at all is a
-# configure error: scripts/setup.sh installs it, and Debian's libthrust-dev (Thrust 1.17) must
-# not stand in for it.
+# cmake/ZsCuda.cmake already found CCCL (CUDA builds), that is reused. Without a toolkit, the
+# headers of Debian's libthrust-dev (Thrust 1.17, installed by scripts/setup.sh only where no
+# toolkit is) serve the CPU path.
 include_guard(GLOBAL)
 
 if(NOT TARGET CCCL::CCCL OR NOT COMMAND thrust_create_target)
   find_package(CUDAToolkit QUIET)
-  if(NOT CUDAToolkit_FOUND)
-    message(FATAL_ERROR
-      "zerostack: Thrust (CCCL) comes from the CUDA toolkit, and no toolkit was found (looked "
-      "for nvcc via CUDAToolkit_ROOT, PATH and /usr/local/cuda). runtime/parallel/expert needs "
-      "its headers also in CPU-only builds: run scripts/setup.sh, or pass "
-      "-DCUDAToolkit_ROOT=<toolkit>.")
-  endif()
-  find_package(CCCL CONFIG QUIET HINTS "${CUDAToolkit_LIBRARY_DIR}/cmake")
-  if(NOT CCCL_FOUND)
-    message(FATAL_ERROR
-      "zerostack: CUDA toolkit ${CUDAToolkit_VERSION} found at '${CUDAToolkit_BIN_DIR}', but "
-      "not its CCCL package (looked for cccl-config.cmake under "
-      "'${CUDAToolkit_LIBRARY_DIR}/cmake'). Reinstall the toolkit with scripts/setup.sh.")
+  if(CUDAToolkit_FOUND)
+    find_package(CCCL CONFIG QUIET HINTS "${CUDAToolkit_LIBRARY_DIR}/cmake")
   endif()
 endif()
 
-thrust_create_target(zs_thrust_cpp HOST CPP DEVICE CPP GLOBAL)
-set(zs_thrust_systems "CPP")
-if(ZS_HAVE_CUDA)
-  thrust_create_target(zs_thrust_cuda HOST CPP DEVICE CUDA GLOBAL)
-  string(APPEND zs_thrust_systems ", CUDA")
+if(TARGET CCCL::CCCL AND COMMAND thrust_create_target)
+  thrust_create_target(zs_thrust_cpp HOST CPP DEVICE CPP GLOBAL)
+  set(zs_thrust_systems "CPP")
+  if(ZS_HAVE_CUDA)
+    thrust_create_target(zs_thrust_cuda HOST CPP DEVICE CUDA GLOBAL)
+    string(APPEND zs_thrust_systems ", CUDA")
+  endif()
+  message(STATUS "zerostack: Thrust ${THRUST_VERSION} from CCCL, systems: ${zs_thrust_systems}")
+else()
+  # No CUDA toolkit (a machine without one): the CPU path needs only Thrust's headers, which
+  # scripts/setup.sh then installs from Debian (libthrust-dev, Thrust 1.17; it installs it only
+  # where no toolkit is, so a CUDA build never mixes the two).
+  find_path(ZS_THRUST_INCLUDE_DIR thrust/version.h
+            DOC "Thrust headers, used when no CUDA toolkit (CCCL) is found")
+  if(NOT ZS_THRUST_INCLUDE_DIR)
+    message(FATAL_ERROR
+      "zerostack: runtime/parallel/expert needs Thrust: from a CUDA toolkit's CCCL (looked for "
+      "nvcc via CUDAToolkit_ROOT, PATH and /usr/local/cuda) or, without a toolkit, Debian's "
+      "libthrust-dev. Run scripts/setup.sh, or pass -DCUDAToolkit_ROOT=<toolkit> or "
+      "-DZS_THRUST_INCLUDE_DIR=<dir holding thrust/>.")
+  endif()
+  add_library(zs_thrust_cpp INTERFACE IMPORTED GLOBAL)
+  target_include_directories(zs_thrust_cpp SYSTEM INTERFACE "${ZS_THRUST_INCLUDE_DIR}")
+  target_compile_definitions(zs_thrust_cpp INTERFACE
+    THRUST_HOST_SYSTEM=THRUST_HOST_SYSTEM_CPP THRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_CPP)
+  message(STATUS "zerostack: Thrust headers from ${ZS_THRUST_INCLUDE_DIR} (no CUDA toolkit), "
+                 "system: CPP")
 endif()
-message(STATUS "zerostack: Thrust ${THRUST_VERSION} from CCCL, systems: ${zs_thrust_systems}")

@@ -22,6 +22,12 @@ packages=(
   libhwy-dev libopenblas-dev
   libgtest-dev libgmock-dev libbenchmark-dev
 )
+# Thrust (runtime/parallel/expert) comes from the CUDA toolkit's CCCL where a toolkit is (nvcc on
+# PATH or in /usr/local/cuda); without one, Debian's headers serve the CPU path. Never both: a
+# host file could then pick up Debian's older Thrust (../shared/PLATFORM.md).
+if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  packages+=(libthrust-dev)
+fi
 if [ "$arm" -eq 1 ]; then
   packages=(cmake make g++-aarch64-linux-gnu qemu-user
             libhwy-dev:arm64 libfmt-dev:arm64 libgtest-dev:arm64)
