@@ -256,43 +256,52 @@ Status ZeroEngine::Impl::CheckUnit(int unit) const {
   return OkStatus();
 }
 
-// [Note: unit phases] The one transition point.
-void ZeroEngine::Impl::MoveUnit(int unit, UnitPhase to) {
+void ZeroEngine::Impl::SetMicroBatch(int micro_batch) {
+  ZS_CHECK(micro_batch >= 0, "SetMicroBatch({}): micro-batches are numbered from 0", micro_batch);
+  micro_batch_ = micro_batch;
+}
+
+Status ZeroEngine::Impl::ReduceMicroBatch(int unit, MicroBatchUse& use, bool accumulate) {
   UnitState& s = units_[size_t(unit)];
-  const UnitPhase from = s.phase;
-  const bool ok = (from == UnitPhase::kIdle && to == UnitPhase::kForward) ||
-                  (from == UnitPhase::kForward && to == UnitPhase::kBackward) ||
-                  (from == UnitPhase::kBackward && to == UnitPhase::kIdle);
-  ZS_CHECK(ok, "unit '{}': {} -> {} is not a phase transition", model_.units[size_t(unit)].name,
-           UnitPhaseName(from), UnitPhaseName(to));
-  ZS_CHECK(to != UnitPhase::kIdle || (s.open_backward == 0 && !s.grad_staging),
-           "unit '{}' idle with backward brackets open or gradient staging held",
-           model_.units[size_t(unit)].name);
-  s.phase = to;
+  const std::string& name = model_.units[size_t(unit)].name;
+  Status status;
+  {
+    TraceRecorder::Span span = Traced(track_reduce_, "reduce", name);
+    status = reducer_->ReduceUnit(unit, use.grad_staging.data_as<float>(), s.grads.data(),
+                                  accumulate);
+  }
+  s.Drop(use.micro_batch);  // frees the staging
+  if (!status.ok()) {
+    return Status(status.code(), fmt::format("reducing the gradient of unit '{}': {}", name,
+                                             status.message()));
+  }
+  return OkStatus();
 }
 
 Status ZeroEngine::Impl::Begin(int unit, bool backward) {
   ZS_RETURN_IF_ERROR(CheckUnit(unit));
   UnitState& s = units_[unit];
   const std::string& name = model_.units[unit].name;
+  const int m = bracket_micro_batch();
+  MicroBatchUse* use = s.Find(m);
   if (backward) {
-    ZS_CHECK(s.phase != UnitPhase::kIdle && s.backward_done + s.open_backward < s.forward_uses,
-             "BeginBackward(unit '{}'): its forward was bracketed {} times and {} backward "
-             "brackets are already open or done",
-             name, s.forward_uses, s.backward_done + s.open_backward);
-    if (s.phase == UnitPhase::kForward) {
-      ZS_ASSIGN_OR_RETURN(s.grad_staging,
+    ZS_CHECK(use != nullptr && use->backward_done + use->open_backward < use->forward_uses,
+             "BeginBackward(unit '{}', micro-batch {}): its forward was bracketed {} times and "
+             "{} backward brackets are already open or done",
+             name, m, use == nullptr ? 0 : use->forward_uses,
+             use == nullptr ? 0 : use->backward_done + use->open_backward);
+    if (!use->in_backward()) {
+      ZS_ASSIGN_OR_RETURN(use->grad_staging,
                           Alloc(s.layout.padded_size(), DType::kF32, MemoryCategory::kCommBuffers,
                                 "gradient staging", unit));
-      std::memset(s.grad_staging.data(), 0, s.grad_staging.size());
-      MoveUnit(unit, UnitPhase::kBackward);
+      std::memset(use->grad_staging.data(), 0, use->grad_staging.size());
     }
-    ++s.open_backward;
+    ++use->open_backward;
   } else {
-    ZS_CHECK(s.phase != UnitPhase::kBackward || parallel_.reduce_per_step,
-             "BeginForward(unit '{}') while its backward is under way", name);
-    if (s.phase == UnitPhase::kIdle) MoveUnit(unit, UnitPhase::kForward);
-    ++s.forward_uses;
+    if (use == nullptr) use = &s.in_flight.emplace_back(m);
+    ZS_CHECK(!use->in_backward() || parallel_.reduce_per_step,
+             "BeginForward(unit '{}', micro-batch {}) while its backward is under way", name, m);
+    ++use->forward_uses;
   }
   if (s.open++ > 0) return OkStatus();
   s.opened = TraceRecorder::Clock::now();
@@ -323,24 +332,16 @@ Status ZeroEngine::Impl::End(int unit, bool backward) {
            backward ? "Backward" : "Forward", name);
   Status status;
   if (backward) {
-    ZS_CHECK(s.open_backward > 0, "EndBackward(unit '{}') without BeginBackward", name);
-    --s.open_backward;
-    if (++s.backward_done == s.forward_uses && !parallel_.reduce_per_step) {
-      // The unit's gradient is complete: hand it to the reducer and free the staging.
-      {
-        TraceRecorder::Span span = Traced(track_reduce_, "reduce", name);
-        status = reducer_->ReduceUnit(unit, s.grad_staging.data_as<float>(), s.grads.data(),
-                                      /*accumulate=*/s.reduced > 0);
-      }
-      if (!status.ok()) {
-        status = Status(status.code(), fmt::format("reducing the gradient of unit '{}': {}", name,
-                                                   status.message()));
-      }
-      s.grad_staging.Reset();
+    const int m = bracket_micro_batch();
+    MicroBatchUse* use = s.Find(m);
+    ZS_CHECK(use != nullptr && use->open_backward > 0,
+             "EndBackward(unit '{}', micro-batch {}) without BeginBackward", name, m);
+    --use->open_backward;
+    if (++use->backward_done == use->forward_uses && !parallel_.reduce_per_step) {
+      // The unit's gradient of this micro-batch is complete: hand it to the reducer (which
+      // adds it to the micro-batches reduced before) and free the staging.
+      status = ReduceMicroBatch(unit, *use, /*accumulate=*/s.reduced > 0);
       ++s.reduced;
-      s.forward_uses = 0;
-      s.backward_done = 0;
-      MoveUnit(unit, UnitPhase::kIdle);
     }
   }
   if (--s.open > 0) return status;
@@ -373,12 +374,14 @@ std::span<const float> ZeroEngine::Impl::Param(int unit, int param) {
 std::span<float> ZeroEngine::Impl::Grad(int unit, int param) {
   (void)CheckUnit(unit);
   UnitState& s = units_[unit];
-  ZS_CHECK(s.open_backward > 0, "Grad(unit '{}', {}) outside a backward bracket",
-           model_.units[unit].name, param);
+  const MicroBatchUse* use = s.Find(bracket_micro_batch());
+  ZS_CHECK(use != nullptr && use->open_backward > 0,
+           "Grad(unit '{}', {}) outside a backward bracket of micro-batch {}",
+           model_.units[unit].name, param, bracket_micro_batch());
   ZS_CHECK(param >= 0 && param < s.layout.num_params(), "unit '{}' has no parameter {}",
            model_.units[unit].name, param);
   const UnitRange where = s.layout.ParamRangeInUnit(param);
-  return {s.grad_staging.data_as<float>() + where.begin.value(), size_t(where.size())};
+  return {use->grad_staging.data_as<float>() + where.begin.value(), size_t(where.size())};
 }
 
 int64_t ZeroEngine::Impl::MicroBatchesPending() const {
@@ -559,6 +562,7 @@ Status ZeroEngine::BeginBackward(int unit) { return impl_->Begin(unit, true); }
 Status ZeroEngine::EndBackward(int unit) { return impl_->End(unit, true); }
 std::span<const float> ZeroEngine::Param(int unit, int param) { return impl_->Param(unit, param); }
 std::span<float> ZeroEngine::Grad(int unit, int param) { return impl_->Grad(unit, param); }
+void ZeroEngine::SetMicroBatch(int micro_batch) { impl_->SetMicroBatch(micro_batch); }
 float ZeroEngine::backward_scale() const { return impl_->backward_scale(); }
 StatusOr<StepResult> ZeroEngine::Step() { return impl_->Step(); }
 StatusOr<double> ZeroEngine::PrepareStep() { return impl_->PrepareStep(); }

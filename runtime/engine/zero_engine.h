@@ -132,15 +132,18 @@ struct EngineParallelism {
   // (ParamSpec::expert_parallel): parameters without the flag (a router) are the same on every
   // ep rank and count on ep rank 0 only. 0 for an engine of dense units.
   int ep_rank = 0;
-  // [Note: per-step reduction] Pipeline stages run the forwards of later micro-batches before
-  // the backwards of earlier ones (1F1B), so a unit has no "last EndBackward of a micro-batch".
-  // With true, forward brackets may open while a unit's backward is under way, each unit's
-  // fp32 gradient staging accumulates every micro-batch of the step, and Step() reduces it once
-  // (the reduction then does not overlap backward). Step() does not count micro-batches in this
-  // mode: the pipeline schedule runs gradient_accumulation_steps of them. Memory: each unit
-  // holds its full fp32 staging (kCommBuffers) from its first backward of the step until Step(),
-  // so under pipelines stages 2 and 3 keep stage 1's gradient memory (a padded fp32 copy per
-  // stage) until the step; their sharded gradients are still what the optimizer reads.
+  // [Note: per-step reduction] By default a pipeline stage's engine reduces each unit's gradient
+  // once per micro-batch, as a data-parallel engine does ([Note: accumulation]), with the
+  // schedule naming each bracket's micro-batch (UnitAccess::SetMicroBatch, [Note: micro-batches
+  // in flight]): the fp32 staging of a unit exists only during its micro-batch's backward, so
+  // stages 2 and 3 keep their gradient memory saving under pipelines, and the reduction
+  // overlaps backward. With true, the engine ignores the micro-batch names instead: forward
+  // brackets may open while a unit's backward is under way, each unit's fp32 staging
+  // accumulates every micro-batch of the step and Step() reduces it once: 1/m of the dp
+  // traffic for m micro-batches (DeepSpeed's pipeline engine reduces so), at the price of every
+  // unit's full fp32 staging (kCommBuffers) from its first backward of the step until Step(),
+  // whatever the stage, and no overlap. Step() does not count micro-batches in this mode. The
+  // two modes add in different orders; within either, stages 0-3 are bit-identical.
   bool reduce_per_step = false;
 };
 
@@ -168,6 +171,7 @@ class ZeroEngine final : public UnitAccess {
   std::span<const float> Param(int unit, int param) override;
   std::span<float> Grad(int unit, int param) override;
   float backward_scale() const override;
+  void SetMicroBatch(int micro_batch) override;
 
   // Collective. Ends the accumulation window: requires gradient_accumulation_steps complete
   // micro-batches since the last Step (FailedPrecondition naming the count otherwise).

@@ -38,29 +38,29 @@ inline DType ComputeDType(const EngineConfig& config) {
   return DType::kF32;
 }
 
-// [Note: unit phases] Where a unit is in the micro-batch, whatever its brackets' nesting:
-//   kIdle      no bracket of this micro-batch yet (and none open); no gradient staging. Step
-//              requires every unit here.
-//   kForward   forward brackets opened (forward_uses > 0); no gradient yet. A unit used twice
-//              in a forward (weight sharing) stays here.
-//   kBackward  its first backward bracket opened: the fp32 gradient staging exists and
-//              accumulates until the last backward bracket (backward_done == forward_uses)
-//              hands it to the reducer, frees it and returns the unit to kIdle.
+// [Note: micro-batches in flight] A unit's brackets belong to a micro-batch: the one the caller
+// named last (UnitAccess::SetMicroBatch; 0 for callers that never name one). Per unit, each
+// micro-batch with brackets opened and its gradient not yet handed over is a MicroBatchUse:
+//   forward only  forward brackets opened (forward_uses > 0); no gradient yet. A unit used
+//                 twice in a forward (weight sharing) counts each use.
+//   backward      its first backward bracket opened: the fp32 gradient staging exists and
+//                 accumulates until the micro-batch's last backward bracket (backward_done ==
+//                 forward_uses) hands it to the reducer, frees it and drops the record.
+// A data-parallel loop has at most one record per unit; a pipeline stage has one per micro-batch
+// in flight (1F1B: forwards of later micro-batches wait for their backward), but a gradient
+// staging only while a micro-batch's backward is under way. With
+// EngineParallelism::reduce_per_step every bracket belongs to one record, which Step() reduces.
 // The parameters are materialized (gathered at stage 3, widened with bf16/fp16 compute) while
-// any bracket is open, in kForward or kBackward. MoveUnit is the one place phases change.
-enum class UnitPhase : uint8_t { kIdle, kForward, kBackward };
-
-inline std::string_view UnitPhaseName(UnitPhase p) {
-  switch (p) {
-    case UnitPhase::kIdle:
-      return "idle";
-    case UnitPhase::kForward:
-      return "forward";
-    case UnitPhase::kBackward:
-      return "backward";
-  }
-  return "?";
-}
+// any bracket of any micro-batch is open. Step requires no record left.
+struct MicroBatchUse {
+  explicit MicroBatchUse(int m) : micro_batch(m) {}
+  int micro_batch = 0;
+  int forward_uses = 0;   // forward brackets opened
+  int backward_done = 0;  // backward brackets closed
+  int open_backward = 0;  // backward brackets open now
+  DeviceBuffer grad_staging;  // fp32 padded unit gradient: from the first BeginBackward
+  bool in_backward() const { return bool(grad_staging); }
+};
 
 // One rank's storage and per-micro-batch bookkeeping for one unit.
 struct UnitState {
@@ -82,18 +82,23 @@ struct UnitState {
   int64_t param_base = 0;  // unit offset of params' first element
   int64_t grad_base = 0;   // unit offset of grads' first element
 
-  // Micro-batch state (see the bracket rules in unit_access.h): the phase, moved only by
-  // MoveUnit, and counts within it.
-  UnitPhase phase = UnitPhase::kIdle;
-  int forward_uses = 0;   // forward brackets opened this micro-batch (kForward, kBackward)
-  int backward_done = 0;  // backward brackets closed this micro-batch (kBackward)
-  int open = 0;           // brackets open now (forward and backward, nested)
-  int open_backward = 0;
+  // Micro-batch state (the bracket rules in unit_access.h, [Note: micro-batches in flight]).
+  std::vector<MicroBatchUse> in_flight;  // by first bracket; usually none or one
+  int open = 0;                // brackets open now (forward and backward, nested)
   const void* full = nullptr;  // the full parameters (compute dtype) while open > 0
   DeviceBuffer view;           // fp32 widening of `full` while open > 0 (bf16/fp16 compute)
-  DeviceBuffer grad_staging;   // fp32 padded unit gradient: exactly in kBackward
   int64_t reduced = 0;         // micro-batches reduced since the last Step
   TraceRecorder::Clock::time_point opened;  // when open went 0 -> 1 (trace spans)
+
+  MicroBatchUse* Find(int micro_batch) {
+    for (MicroBatchUse& use : in_flight) {
+      if (use.micro_batch == micro_batch) return &use;
+    }
+    return nullptr;
+  }
+  void Drop(int micro_batch) {
+    std::erase_if(in_flight, [&](const MicroBatchUse& u) { return u.micro_batch == micro_batch; });
+  }
 };
 
 // [Note: optimizer tiles] A rank's optimizer range of a unit is stepped in tiles: the whole
@@ -173,7 +178,11 @@ class ZeroEngine::Impl {
   Status ReduceAccumulatedGradients();
   StatusOr<std::vector<float>> GatherMasterUnit(int unit);
   Status AllGatherUpdatedParams();
-  void MoveUnit(int unit, UnitPhase to);
+  // The micro-batch the next brackets belong to ([Note: micro-batches in flight]).
+  void SetMicroBatch(int micro_batch);
+  int bracket_micro_batch() const { return parallel_.reduce_per_step ? 0 : micro_batch_; }
+  // Hands a unit's complete gradient of one micro-batch to the reducer and drops its record.
+  Status ReduceMicroBatch(int unit, MicroBatchUse& use, bool accumulate);
   // Lays out the optimizer tiles and creates the ShardStore and the copy pipeline.
   Status CreateOptimizerStore();
   // Writes a unit's initial master values (over its optimizer range) and initial states.
@@ -220,6 +229,7 @@ class ZeroEngine::Impl {
   std::unique_ptr<LrSchedule> schedule_;
   CpuOptimizer optimizer_;
   int64_t step_ = 0;
+  int micro_batch_ = 0;  // SetMicroBatch's
   bool prepared_ = false;  // between PrepareStep and FinishStep
   std::chrono::steady_clock::time_point step_start_;
   std::unique_ptr<Communicator> gather_comm_;

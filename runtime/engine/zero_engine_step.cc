@@ -58,28 +58,17 @@ Status ZeroEngine::Impl::ReduceAccumulatedGradients() {
   // Reverse unit order, as backward would have handed them over.
   for (int u = int(units_.size()) - 1; u >= 0; --u) {
     UnitState& s = units_[size_t(u)];
-    const std::string& name = model_.units[size_t(u)].name;
-    if (s.phase != UnitPhase::kBackward || s.open > 0 || s.backward_done != s.forward_uses) {
+    MicroBatchUse* use = s.Find(0);  // reduce_per_step: every bracket's record
+    if (use == nullptr || !use->in_backward() || s.open > 0 ||
+        use->backward_done != use->forward_uses) {
       return FailedPreconditionError(fmt::format(
           "Step(): unit '{}' has forward uses {}, backward brackets done {} and open {} this "
           "step; every forward needs its backward before Step() (reduce_per_step)",
-          name, s.forward_uses, s.backward_done, s.open));
+          model_.units[size_t(u)].name, use == nullptr ? 0 : use->forward_uses,
+          use == nullptr ? 0 : use->backward_done, s.open));
     }
-    Status status;
-    {
-      TraceRecorder::Span span = Traced(track_reduce_, "reduce", name);
-      status = reducer_->ReduceUnit(u, s.grad_staging.data_as<float>(), s.grads.data(),
-                                    /*accumulate=*/false);
-    }
-    s.grad_staging.Reset();
     s.reduced = config_.gradient_accumulation_steps;
-    s.forward_uses = 0;
-    s.backward_done = 0;
-    MoveUnit(u, UnitPhase::kIdle);
-    if (!status.ok()) {
-      return Status(status.code(), fmt::format("reducing the gradient of unit '{}': {}", name,
-                                               status.message()));
-    }
+    ZS_RETURN_IF_ERROR(ReduceMicroBatch(u, *use, /*accumulate=*/false));
   }
   return OkStatus();
 }
@@ -95,11 +84,16 @@ StatusOr<double> ZeroEngine::Impl::PrepareStep() {
   const int64_t ga = config_.gradient_accumulation_steps;
   for (size_t u = 0; u < units_.size(); ++u) {
     const UnitState& s = units_[u];
-    if (s.reduced != ga || s.open > 0 || s.phase != UnitPhase::kIdle) {
+    if (s.reduced != ga || s.open > 0 || !s.in_flight.empty()) {
+      int uses_without_backward = 0;
+      for (const MicroBatchUse& use : s.in_flight) {
+        uses_without_backward += use.forward_uses - use.backward_done;
+      }
       return FailedPreconditionError(fmt::format(
-          "Step(): unit '{}' completed {} micro-batches (forward brackets open: {}, forward uses "
-          "without backward: {}); gradient_accumulation_steps is {}",
-          model_.units[u].name, s.reduced, s.open, s.forward_uses, ga));
+          "Step(): unit '{}' completed {} micro-batches (brackets open: {}, forward uses "
+          "without backward: {} in {} micro-batch(es)); gradient_accumulation_steps is {}",
+          model_.units[u].name, s.reduced, s.open, uses_without_backward, s.in_flight.size(),
+          ga));
     }
   }
   // A non-finite square anywhere makes the total non-finite on every rank (fp16 overflow).

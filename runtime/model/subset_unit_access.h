@@ -12,7 +12,7 @@
 //   error (ZS_CHECK naming the unit): the pipeline partition says which units a stage's code
 //   may use.
 // - model() returns the whole model's spec; backward_scale() is the first backing's (the dense
-//   engine's: the seed of the whole objective).
+//   engine's: the seed of the whole objective); SetMicroBatch goes to every backing.
 // - Borrows the backings (must outlive this object). One thread at a time, as UnitAccess says.
 #pragma once
 
@@ -49,6 +49,9 @@ class SubsetUnitAccess final : public UnitAccess {
   }
   std::span<float> Grad(int unit, int param) override { return At(unit).Grad(local(unit), param); }
   float backward_scale() const override { return backings_[0].access->backward_scale(); }
+  void SetMicroBatch(int micro_batch) override {
+    for (Backing& b : backings_) b.access->SetMicroBatch(micro_batch);
+  }
 
   bool holds(int unit) const;
 

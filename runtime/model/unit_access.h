@@ -20,10 +20,18 @@
 //   that precision with fp32 accumulation, as tensor cores do). Valid until the matching End.
 // - Grad(u, p) is an fp32 buffer of numel() elements to accumulate (+=) d(loss)/d(param) into,
 //   zeroed before the unit's first BeginBackward of each micro-batch. Valid until the matching
-//   EndBackward. (A ZeroEngine of a pipeline stage, EngineParallelism::reduce_per_step, zeroes
-//   it once per step instead, so it may already hold earlier micro-batches' gradients: model
-//   code only ever adds to it, and anything it must reduce itself, such as a replicated
-//   parameter's partial gradient, it reduces from a buffer of its own before adding.)
+//   EndBackward. (A ZeroEngine with EngineParallelism::reduce_per_step zeroes it once per step
+//   instead, so it may already hold earlier micro-batches' gradients: model code only ever adds
+//   to it, and anything it must reduce itself, such as a replicated parameter's partial
+//   gradient, it reduces from a buffer of its own before adding.)
+// - SetMicroBatch(m): [Note: micro-batches in flight] a pipeline schedule runs the brackets of
+//   several micro-batches interleaved (1F1B forwards micro-batch 2 before it runs micro-batch
+//   0's backward), so "a unit's last EndBackward" needs the micro-batch it belongs to. Such a
+//   caller names the micro-batch of the brackets that follow (0 <= m, distinct per micro-batch
+//   within a step); the bracket rules above then hold per micro-batch, each (unit,
+//   micro-batch) has its own Grad buffer, and its gradient is complete at that micro-batch's
+//   last EndBackward on the unit. A caller that runs one micro-batch at a time never needs it.
+//   The default ignores it (an access with nothing to reduce).
 // - backward_scale() is the value to seed backward with (d loss / d loss): the loss scale
 //   divided by the number of micro-batches in the global batch, so that the reduced gradients
 //   are those of the global mean loss.
@@ -52,6 +60,8 @@ class UnitAccess {
 
   virtual std::span<const float> Param(int unit, int param) = 0;
   virtual std::span<float> Grad(int unit, int param) = 0;
+
+  virtual void SetMicroBatch(int micro_batch) { (void)micro_batch; }
 
   virtual float backward_scale() const = 0;
 };

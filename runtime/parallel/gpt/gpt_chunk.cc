@@ -67,6 +67,7 @@ StatusOr<float> GptChunk::Forward(int micro_batch, std::span<const float> input,
   const int64_t width = local_rows_ * hidden_;
   ZS_CHECK(!live_.contains(micro_batch), "GptChunk: micro-batch {} forwarded twice", micro_batch);
   MicroBatchState& st = live_[micro_batch];
+  access_.SetMicroBatch(micro_batch);
   const int nb = num_blocks();
   st.x.assign(size_t(nb + 1), {});
   for (auto& v : st.x) v.resize(size_t(width));
@@ -130,6 +131,7 @@ Status GptChunk::Backward(int micro_batch, std::span<const float> output_grad,
   ZS_CHECK(it != live_.end(), "GptChunk: backward of micro-batch {} without its forward",
            micro_batch);
   MicroBatchState& st = it->second;
+  access_.SetMicroBatch(micro_batch);
   const int64_t B = options_.batch, T = options_.seq;
   const int64_t width = local_rows_ * hidden_;
   const int nb = num_blocks();

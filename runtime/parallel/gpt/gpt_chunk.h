@@ -10,7 +10,10 @@
 //   output_elements() = 0). Between chunks the residual stream travels: local_rows x hidden fp32
 //   (local_rows = batch*seq, or batch*seq/tp with sequence parallelism).
 // - Parameters are read through `access` (a SubsetUnitAccess over this pp rank's engine) with
-//   TpGpt's brackets: F(u) around a unit's forward, B(u) around its backward. The tied output
+//   TpGpt's brackets: F(u) around a unit's forward, B(u) around its backward. Forward and
+//   Backward first name their micro-batch to it (UnitAccess::SetMicroBatch), so the engine
+//   reduces a unit's gradient at that micro-batch's last backward on the unit although the
+//   schedule interleaves micro-batches. The tied output
 //   projection reads wte (unit 0) inside the head's bracket when this rank holds unit 0, as
 //   TpGpt does (also when another chunk of this rank holds it: `wte_local`); otherwise `tied`
 //   (tied_embedding_link.h) brings wte from the first stage once per step (micro-batch 0) and

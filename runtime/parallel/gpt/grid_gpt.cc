@@ -67,9 +67,9 @@ StatusOr<std::unique_ptr<GridGpt>> GridGpt::Create(const GridGptOptions& options
   EngineParallelism parallel;
   parallel.model_parallel = &groups.model_parallel();
   parallel.tp_rank = groups.coord().tp;
-  // 1F1B on one stage is the plain forward-backward order; anything else interleaves
-  // micro-batches on a unit ([Note: per-step reduction], zero_engine.h).
-  parallel.reduce_per_step = pp > 1 || options.schedule != ScheduleKind::kOneFOneB;
+  // Each micro-batch's gradients are reduced at its last backward on a unit: the chunks name
+  // the micro-batch of their brackets (GptChunk, UnitAccess::SetMicroBatch).
+  parallel.reduce_per_step = options.reduce_per_step;
   const ParamInit init = model.Init(options.seed);
   ZS_ASSIGN_OR_RETURN(g->engine_, ZeroEngine::Create(options.engine, std::move(subset),
                                                      SubsetInit(init, dense_units), device,

@@ -2,7 +2,8 @@
 // (tp::TpGpt over the tp group), its pipeline chunks (GptChunk) run by a PipelineRunner over the
 // pp group, and one ZeroEngine holding this pp rank's units sharded over the dp group. ZeRO
 // stays data-parallel only; the engine learns about the rest through EngineParallelism (the
-// global norm over the model-parallel group; per-step reduction under pipelines).
+// global norm over the model-parallel group), and the chunks name each bracket's micro-batch
+// (UnitAccess::SetMicroBatch) so that it reduces per micro-batch under pipelines.
 //
 // Contract
 // - Create is collective over the world behind `groups` (every rank calls it with the same
@@ -62,6 +63,10 @@ struct GridGptOptions {
   // is cut into ep groups of consecutive dp ranks; rank i of every ep group forms an
   // expert-data-parallel (edp) group, over which the experts' states are sharded.
   int ep = 1;
+  // Reduce the gradients once per step instead of once per micro-batch (EngineParallelism,
+  // [Note: per-step reduction]): 1/m of the dp traffic, but every unit's full fp32 gradient
+  // staging held through the step at every ZeRO stage.
+  bool reduce_per_step = false;
 };
 
 struct GridStepResult {

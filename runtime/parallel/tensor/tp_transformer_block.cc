@@ -23,6 +23,7 @@ class RouterGradAccess final : public UnitAccess {
     return unit == unit_ && param == param_ ? grad_ : base_.Grad(unit, param);
   }
   float backward_scale() const override { return base_.backward_scale(); }
+  void SetMicroBatch(int micro_batch) override { base_.SetMicroBatch(micro_batch); }
 
  private:
   UnitAccess& base_;
@@ -106,9 +107,9 @@ Status TpTransformerBlock::MlpBackward(UnitAccess& access, Communicator& tp, con
   }
   // The router's gradient from this micro-batch is this rank's tokens' part; every ep rank
   // holds the router alike, so each must add the sum over the ep group (the expert engine then
-  // sums its edp group). Grad() may already hold earlier micro-batches' sums (a pipeline's
-  // per-step accumulation), so MoeMlp writes the router's part into a zeroed buffer of its own
-  // (RouterGradAccess), which is summed over ep and then added once.
+  // sums its edp group). Grad() may already hold earlier micro-batches' sums (a pipeline
+  // engine's reduce_per_step accumulation), so MoeMlp writes the router's part into a zeroed
+  // buffer of its own (RouterGradAccess), which is summed over ep and then added once.
   std::span<float> router = access.Grad(moe_unit_, 0);
   float* part = scratch.Partial(int64_t(router.size()));
   std::fill(part, part + router.size(), 0.0f);

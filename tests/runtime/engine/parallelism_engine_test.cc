@@ -2,9 +2,12 @@
 // - [Note: one norm over the grid]: on a tp x pp x dp grid the global gradient norm counts the
 //   tp-sharded parameters of every tp rank, the tp-replicated ones once, and every pp stage; all
 //   ranks and all ZeRO stages get the same bits, and the value matches a float64 reference.
-// - [Note: per-step reduction]: a pipeline's 1F1B bracket order (forwards of later micro-batches
-//   before backwards of earlier ones) trains to the same parameters as the usual order: bit for
-//   bit at one dp rank, and bit-identical across ZeRO stages 0-3 at two.
+// - [Note: micro-batches in flight]: a pipeline's 1F1B bracket order (forwards of later
+//   micro-batches before backwards of earlier ones) with each micro-batch named trains to the
+//   same bits as the usual order, with the same gradient staging peak.
+// - [Note: per-step reduction]: the same order reduced once per step trains to the same
+//   parameters as the usual order: bit for bit at one dp rank, and bit-identical across ZeRO
+//   stages 0-3 at two; it holds more staging.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -205,8 +208,11 @@ enum class Order { kPlain, kOneFOneB };
 struct TrainResult {
   std::vector<std::vector<float>> params;
   uint64_t digest = 0;
+  int64_t comm_buffers_peak = 0;  // rank 0's peak of kCommBuffers (gradient staging, buckets)
 };
 
+// `per_step`: EngineParallelism::reduce_per_step; otherwise the 1F1B order names each bracket's
+// micro-batch (SetMicroBatch), as a pipeline stage does.
 TrainResult TrainToy(int dp, int stage, Order order, bool per_step) {
   EngineConfig config;
   config.zero_optimization.stage = stage;
@@ -225,7 +231,9 @@ TrainResult TrainToy(int dp, int stage, Order order, bool per_step) {
         ZS_ASSIGN_OR_RETURN(auto engine, ZeroEngine::Create(config, ToySpec(), ToyInit(), *device,
                                                             comm, nullptr, parallel));
         ZeroEngine& e = *engine;
-        auto forward = [&](int) -> Status {
+        const bool tagged = order == Order::kOneFOneB && !per_step;
+        auto forward = [&](int m) -> Status {
+          if (tagged) e.SetMicroBatch(m);
           for (int u : {0, 1}) {
             ZS_RETURN_IF_ERROR(e.BeginForward(u));
             ZS_RETURN_IF_ERROR(e.EndForward(u));
@@ -235,6 +243,7 @@ TrainResult TrainToy(int dp, int stage, Order order, bool per_step) {
         for (int step = 0; step < 3; ++step) {
           // Each rank's gradients differ by rank (a dp rank sees other data).
           auto backward = [&](int m) -> Status {
+            if (tagged) e.SetMicroBatch(m);
             for (int u : {1, 0}) {
               ZS_RETURN_IF_ERROR(e.BeginBackward(u));
               ZS_RETURN_IF_ERROR(WriteGrads(e, u, /*tp=*/0, /*pp=*/rank, step, m));
@@ -269,6 +278,7 @@ TrainResult TrainToy(int dp, int stage, Order order, bool per_step) {
           std::lock_guard<std::mutex> lock(mu);
           result.params = std::move(params);
           result.digest = digest;
+          result.comm_buffers_peak = tracker.Peak(MemoryTier::kDevice, MemoryCategory::kCommBuffers);
         }
         return OkStatus();
       });
@@ -301,6 +311,51 @@ TEST(EngineParallelismTest, PerStepReductionMatchesThePlainOrder) {
       }
     }
   }
+}
+
+// [Note: micro-batches in flight] The 1F1B order with each bracket's micro-batch named reduces
+// every unit's gradient of micro-batch m at m's last backward on it: the same reductions in the
+// same order as the plain loop, so the same bits at every dp size and stage; and a unit holds
+// its fp32 staging only during its micro-batch's backward, where per-step reduction holds every
+// unit's until Step.
+TEST(EngineParallelismTest, NamedMicroBatchesReduceAsThePlainOrder) {
+  for (int dp : {1, 2}) {
+    for (int stage = 0; stage <= 3; ++stage) {
+      SCOPED_TRACE(fmt::format("dp={} stage={}", dp, stage));
+      TrainResult plain = TrainToy(dp, stage, Order::kPlain, false);
+      TrainResult named = TrainToy(dp, stage, Order::kOneFOneB, false);
+      EXPECT_EQ(named.digest, plain.digest);
+      EXPECT_EQ(named.comm_buffers_peak, plain.comm_buffers_peak);
+      TrainResult per_step = TrainToy(dp, stage, Order::kOneFOneB, true);
+      // Both units' staging at once: unit 0's padded size more than the plain loop's peak,
+      // which holds unit 0's and unit 1's one at a time (unit 0 is the larger).
+      EXPECT_GT(per_step.comm_buffers_peak, named.comm_buffers_peak);
+    }
+  }
+}
+
+// Without the names, the 1F1B order is a misuse the engine catches: micro-batch 1's forward
+// would open while micro-batch 0's backward of the same unit is still to come, and the
+// gradient of two micro-batches would mix.
+TEST(EngineParallelismDeathTest, InterleavedMicroBatchesNeedNames) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        CommOptions options;
+        (void)RunLocalRanks(1, options, [&](int, Communicator& comm, MemoryTracker& tracker) {
+          auto device = CreateDevice("cpu", tracker).value();
+          EngineConfig config;
+          config.gradient_accumulation_steps = 2;
+          auto e = ZeroEngine::Create(config, ToySpec(), ToyInit(), *device, comm).value();
+          for (int m = 0; m < 2; ++m) {  // F0 F1
+            for (int u : {0, 1}) (void)e->BeginForward(u), (void)e->EndForward(u);
+          }
+          for (int u : {1, 0}) (void)e->BeginBackward(u), (void)e->EndBackward(u);  // B0
+          (void)e->BeginForward(0);  // F2: unit 0's backward is under way (one of two done)
+          return OkStatus();
+        });
+      },
+      "while its backward is under way");
 }
 
 TEST(EngineParallelismTest, PerStepReductionNeedsEveryBackwardBeforeStep) {
