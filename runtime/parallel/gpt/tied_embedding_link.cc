@@ -23,56 +23,18 @@ StatusOr<std::unique_ptr<TiedEmbeddingLink>> TiedEmbeddingLink::Create(Communica
       new TiedEmbeddingLink(std::move(group), first, last, wte_elements, tracker));
 }
 
-TiedEmbeddingLink::~TiedEmbeddingLink() {
-  (void)Finish();
-  spare_.clear();
-  weights_ = {};
-  grad_ = {};
-  received_ = {};
-  UpdateTracker();
-}
+TiedEmbeddingLink::~TiedEmbeddingLink() { (void)Finish(); }
 
 void TiedEmbeddingLink::UpdateTracker() {
-  size_t floats = weights_.capacity() + grad_.capacity() + received_.capacity();
-  for (const std::vector<float>& b : spare_) floats += b.capacity();
-  for (const PendingSend& p : pending_) floats += p.buffer.capacity();
-  tracked_.Set(int64_t(floats * sizeof(float)));
-}
-
-Status TiedEmbeddingLink::ReapDelivered() {
-  Status first_error;
-  for (size_t i = 0; i < pending_.size();) {
-    if (!pending_[i].handle.Test()) {
-      ++i;
-      continue;
-    }
-    Status s = pending_[i].handle.Wait();
-    if (!s.ok() && first_error.ok()) first_error = s;
-    spare_.push_back(std::move(pending_[i].buffer));
-    pending_.erase(pending_.begin() + ptrdiff_t(i));
-  }
-  return first_error;
-}
-
-std::vector<float> TiedEmbeddingLink::TakeBuffer() {
-  std::vector<float> buffer;
-  if (!spare_.empty()) {
-    buffer = std::move(spare_.back());
-    spare_.pop_back();
-  }
-  return buffer;
+  tracked_.Set(int64_t((weights_.capacity() + received_.capacity()) * sizeof(float)));
 }
 
 Status TiedEmbeddingLink::SendWeights(std::span<const float> wte) {
   ZS_CHECK(first_ && int64_t(wte.size()) == elements_, "SendWeights on the wrong rank or size");
-  if (Status s = ReapDelivered(); !s.ok()) {
-    return s.WithContext("sending wte to the last pipeline stage");
-  }
-  std::vector<float> buffer = TakeBuffer();
-  buffer.assign(wte.begin(), wte.end());
-  CommHandle handle = group_->StartSend(buffer.data(), buffer.size(), DType::kF32, 1);
-  pending_.push_back(PendingSend{std::move(handle), std::move(buffer)});
-  UpdateTracker();
+  ZS_RETURN_IF_ERROR(sends_.Reap());
+  std::vector<float> buffer = sends_.Acquire(elements_);
+  std::copy(wte.begin(), wte.end(), buffer.begin());
+  sends_.Start(*group_, std::move(buffer), 1, "sending wte to the last pipeline stage");
   return OkStatus();
 }
 
@@ -100,37 +62,22 @@ StatusOr<std::span<const float>> TiedEmbeddingLink::ReceiveWeights() {
 
 std::span<float> TiedEmbeddingLink::GradBuffer() {
   ZS_CHECK(last_, "GradBuffer on a rank other than the last stage");
-  grad_.assign(size_t(elements_), 0.0f);
+  if (grad_.empty()) grad_ = sends_.Acquire(elements_);
+  std::fill(grad_.begin(), grad_.end(), 0.0f);
   return grad_;
 }
 
 Status TiedEmbeddingLink::SendGrad(int micro_batch) {
   ZS_CHECK(last_ && int64_t(grad_.size()) == elements_, "SendGrad without GradBuffer");
-  if (Status s = ReapDelivered(); !s.ok()) {
-    return s.WithContext(
-        fmt::format("sending the head's wte gradient of micro-batch {}", micro_batch));
-  }
-  std::vector<float> buffer = TakeBuffer();
-  buffer.swap(grad_);  // grad_ takes the spare (or nothing) for the next GradBuffer()
-  CommHandle handle = group_->StartSend(buffer.data(), buffer.size(), DType::kF32, 0);
-  pending_.push_back(PendingSend{std::move(handle), std::move(buffer)});
-  UpdateTracker();
+  ZS_RETURN_IF_ERROR(sends_.Reap());
+  sends_.Start(*group_, std::move(grad_), 0,
+               fmt::format("sending the head's wte gradient of micro-batch {} to the first "
+                           "stage",
+                           micro_batch));
+  grad_ = {};
   return OkStatus();
 }
 
-Status TiedEmbeddingLink::Finish() {
-  Status first_error;
-  for (PendingSend& p : pending_) {
-    Status s = p.handle.Wait();
-    if (!s.ok() && first_error.ok()) {
-      first_error = s.WithContext(first_ ? "sending wte to the last pipeline stage"
-                                         : "sending the head's wte gradient to the first stage");
-    }
-    spare_.push_back(std::move(p.buffer));
-  }
-  pending_.clear();
-  UpdateTracker();
-  return first_error;
-}
+Status TiedEmbeddingLink::Finish() { return sends_.WaitAll(); }
 
 }  // namespace zs::parallel

@@ -15,13 +15,14 @@
 //   their own ("tied-embedding"), so these messages never queue behind the pipeline's
 //   activations. Other pp ranks get a link with no group (is_first()/is_last() false) and must
 //   not call the transfer functions.
-// - Sends are asynchronous: the link copies what it sends and keeps it until delivered (a
-//   delivered send's buffer is reused by the next one, so the buffers number the sends in
-//   flight, not the micro-batches); Finish() (at the end of each step, before the engine's
-//   Step) waits for every send in flight, and so does the destructor (which can block up to the
-//   communicator's timeout when the peer is gone). Receives block the calling thread. The
-//   buffers (wte-sized each) are counted in `tracker` (host, kActivations). Messages in each direction are matched in order, so
-//   every step must make the same calls in the same micro-batch order on both ends.
+// - Sends are asynchronous (send_buffers.h): the link copies what it sends and keeps it until
+//   delivered (a delivered send's buffer is reused by the next one, so the buffers number the
+//   sends in flight, not the micro-batches); Finish() (at the end of each step, before the
+//   engine's Step) waits for every send in flight, and so does the destructor (which can block
+//   up to the communicator's timeout when the peer is gone). Receives block the calling thread.
+//   The buffers (wte-sized each) are counted in `tracker` (host, kActivations). Messages in each
+//   direction are matched in order, so every step must make the same calls in the same
+//   micro-batch order on both ends.
 // - Errors: communicator errors are returned with the direction and micro-batch named.
 // - One thread at a time (the rank's training thread).
 #pragma once
@@ -35,6 +36,7 @@
 #include "runtime/comm/communicator.h"
 #include "runtime/device/memory_tracker.h"
 #include "runtime/device/tracked_bytes.h"
+#include "runtime/parallel/pipeline/send_buffers.h"
 
 namespace zs::parallel {
 
@@ -60,33 +62,25 @@ class TiedEmbeddingLink {
   Status Finish();
 
  private:
-  struct PendingSend {
-    CommHandle handle;
-    std::vector<float> buffer;
-  };
   TiedEmbeddingLink(std::unique_ptr<Communicator> group, bool first, bool last, int64_t elements,
                     MemoryTracker* tracker)
       : group_(std::move(group)),
         first_(first),
         last_(last),
         elements_(elements),
-        tracked_(tracker, MemoryTier::kHost, MemoryCategory::kActivations) {}
-  // A buffer for the next send: a delivered send's, else a new one.
-  std::vector<float> TakeBuffer();
-  // Moves the buffers of delivered sends to spare_ (waits for nothing).
-  Status ReapDelivered();
+        tracked_(tracker, MemoryTier::kHost, MemoryCategory::kActivations),
+        sends_(tracker, MemoryTier::kHost, MemoryCategory::kActivations) {}
   void UpdateTracker();
 
   std::unique_ptr<Communicator> group_;  // {first, last}; null on other ranks
   bool first_;
   bool last_;
   int64_t elements_;
-  TrackedBytes tracked_;  // the buffers, in the tracker (kHost, kActivations)
-  std::vector<float> weights_;       // last: the received wte
-  std::vector<float> grad_;          // last: the micro-batch's gradient being built
-  std::vector<float> received_;      // first: a received gradient
-  std::vector<PendingSend> pending_;
-  std::vector<std::vector<float>> spare_;  // delivered send buffers, reused
+  TrackedBytes tracked_;         // weights_, received_ (kHost, kActivations)
+  std::vector<float> weights_;   // last: the received wte
+  std::vector<float> grad_;      // last: the micro-batch's gradient being built (from sends_)
+  std::vector<float> received_;  // first: a received gradient
+  SendBuffers sends_;            // the sends in flight and their reusable buffers
 };
 
 }  // namespace zs::parallel

@@ -68,7 +68,7 @@ class PipelineRunner::Step {
     for (int i = 0; i < int(list_.size()) && error.ok(); ++i) {
       PostReceivesUpTo(std::min<int>(i + runner_.options_.recv_lookahead, int(list_.size()) - 1));
       error = RunInstruction(i, result);
-      ReapSends(&error);
+      if (Status reaped = runner_.buffers_.Reap(); error.ok()) error = std::move(reaped);
     }
     FinishAll(&error);
     if (!error.ok()) return error;
@@ -78,11 +78,6 @@ class PipelineRunner::Step {
 
  private:
   struct PendingRecv {
-    std::vector<float> buffer;
-    CommHandle handle;
-  };
-  struct PendingSend {
-    int index;  // the instruction that sent it
     std::vector<float> buffer;
     CommHandle handle;
   };
@@ -114,7 +109,7 @@ class PipelineRunner::Step {
       const PipelineInstruction& ins = list_[next_post_];
       if (!NeedsInput(ins) || Local()) continue;
       PendingRecv& r = recvs_[next_post_].emplace();
-      r.buffer = runner_.AcquireBuffer(InputElements(ins));
+      r.buffer = runner_.buffers_.Acquire(InputElements(ins));
       Communicator& comm = ins.op == PipelineOp::kForward ? runner_.links_.RecvActivations()
                                                           : runner_.links_.RecvGradients();
       const int peer =
@@ -139,7 +134,7 @@ class PipelineRunner::Step {
     recvs_[i].reset();
     Status status = r.handle.Wait();
     if (!status.ok()) {
-      runner_.ReleaseBuffer(std::move(r.buffer));
+      runner_.buffers_.Release(std::move(r.buffer));
       return status.WithContext(ins.op == PipelineOp::kForward
                                     ? "receiving its input activation"
                                     : "receiving the gradient of its output");
@@ -152,7 +147,7 @@ class PipelineRunner::Step {
     StatusOr<std::vector<float>> input = TakeInput(i);
     if (!input.ok()) return input.status().WithContext(Where(runner_.rank_, i, ins));
     std::vector<float> output;
-    if (SendsOutput(ins)) output = runner_.AcquireBuffer(OutputElements(ins));
+    if (SendsOutput(ins)) output = runner_.buffers_.Acquire(OutputElements(ins));
 
     PipelineChunk& chunk = ChunkOf(ins);
     InstructionTiming timing{ins, Seconds(Clock::now() - result.start), 0};
@@ -166,9 +161,9 @@ class PipelineRunner::Step {
     }
     timing.end_s = Seconds(Clock::now() - result.start);
     result.timings.push_back(timing);
-    runner_.ReleaseBuffer(std::move(*input));
+    runner_.buffers_.Release(std::move(*input));
     if (!status.ok()) {
-      runner_.ReleaseBuffer(std::move(output));
+      runner_.buffers_.Release(std::move(output));
       return status.WithContext(Where(runner_.rank_, i, ins));
     }
     if (!SendsOutput(ins)) return OkStatus();
@@ -182,44 +177,21 @@ class PipelineRunner::Step {
                                                         : runner_.links_.SendGradients();
     const int peer =
         ins.op == PipelineOp::kForward ? runner_.links_.next_rank() : runner_.links_.prev_rank();
-    PendingSend send{i, std::move(output), CommHandle()};
-    send.handle = comm.StartSend(send.buffer.data(), send.buffer.size(), DType::kF32, peer);
-    sends_.push_back(std::move(send));
+    runner_.buffers_.Start(comm, std::move(output), peer,
+                           fmt::format("{}: sending its {}", Where(runner_.rank_, i, ins),
+                                       ins.op == PipelineOp::kForward ? "output activation"
+                                                                      : "input gradient"));
     return OkStatus();
-  }
-
-  // Waits the sends that have completed, returning their buffers; records the first failure.
-  void ReapSends(Status* error) {
-    for (auto it = sends_.begin(); it != sends_.end();) {
-      if (!it->handle.Test()) {
-        ++it;
-        continue;
-      }
-      Finish(*it, error);
-      it = sends_.erase(it);
-    }
-  }
-
-  void Finish(PendingSend& send, Status* error) {
-    Status status = send.handle.Wait();
-    if (!status.ok() && error->ok()) {
-      const PipelineInstruction& ins = list_[send.index];
-      *error = status.WithContext(
-          fmt::format("{}: sending its {}", Where(runner_.rank_, send.index, ins),
-                      ins.op == PipelineOp::kForward ? "output activation" : "input gradient"));
-    }
-    runner_.ReleaseBuffer(std::move(send.buffer));
   }
 
   // Waits every operation still in flight (on success: the sends; after an error: the
   // receives posted ahead too), keeping the first error.
   void FinishAll(Status* error) {
-    for (PendingSend& send : sends_) Finish(send, error);
-    sends_.clear();
+    if (Status sent = runner_.buffers_.WaitAll(); error->ok()) *error = std::move(sent);
     for (std::optional<PendingRecv>& r : recvs_) {
       if (!r.has_value()) continue;
       r->handle.Wait().IgnoreError();  // only posted ahead of an error: the step is lost anyway
-      runner_.ReleaseBuffer(std::move(r->buffer));
+      runner_.buffers_.Release(std::move(r->buffer));
       r.reset();
     }
   }
@@ -232,7 +204,6 @@ class PipelineRunner::Step {
   const PipelineSchedule& s_;
   const std::vector<PipelineInstruction>& list_;
   std::vector<std::optional<PendingRecv>> recvs_;  // by instruction index
-  std::vector<PendingSend> sends_;                 // in start order
   int next_post_ = 0;                              // the next instruction to post a receive for
   // p = 1: (op, micro-batch, receiving chunk) -> the data handed to it.
   std::map<std::tuple<int, int, int>, std::vector<float>> handed_;
@@ -245,36 +216,10 @@ PipelineRunner::PipelineRunner(int rank, PipelineSchedule schedule,
       schedule_(std::move(schedule)),
       chunks_(std::move(chunks)),
       links_(std::move(links)),
-      options_(options) {}
+      options_(options),
+      buffers_(options.tracker, MemoryTier::kHost, MemoryCategory::kActivations) {}
 
-PipelineRunner::~PipelineRunner() {
-  if (options_.tracker != nullptr && tracked_bytes_ > 0) {
-    options_.tracker->Sub(MemoryTier::kHost, MemoryCategory::kActivations, tracked_bytes_);
-  }
-}
-
-std::vector<float> PipelineRunner::AcquireBuffer(int64_t elements) {
-  for (auto it = free_buffers_.begin(); it != free_buffers_.end(); ++it) {
-    if (int64_t(it->capacity()) >= elements) {
-      std::vector<float> buffer = std::move(*it);
-      free_buffers_.erase(it);
-      buffer.resize(size_t(elements));
-      return buffer;
-    }
-  }
-  std::vector<float> buffer(static_cast<size_t>(elements));
-  const int64_t bytes = int64_t(buffer.capacity() * sizeof(float));
-  tracked_bytes_ += bytes;
-  if (options_.tracker != nullptr && bytes > 0) {
-    options_.tracker->Add(MemoryTier::kHost, MemoryCategory::kActivations, bytes);
-  }
-  return buffer;
-}
-
-void PipelineRunner::ReleaseBuffer(std::vector<float> buffer) {
-  if (buffer.capacity() == 0) return;
-  free_buffers_.push_back(std::move(buffer));
-}
+PipelineRunner::~PipelineRunner() = default;
 
 StatusOr<std::unique_ptr<PipelineRunner>> PipelineRunner::Create(Communicator& pp,
                                                                  PipelineSchedule schedule,

@@ -61,6 +61,7 @@
 #include "runtime/parallel/pipeline/pipeline_chunk.h"
 #include "runtime/parallel/pipeline/pipeline_links.h"
 #include "runtime/parallel/pipeline/pipeline_schedule.h"
+#include "runtime/parallel/pipeline/send_buffers.h"
 
 namespace zs {
 
@@ -120,17 +121,15 @@ class PipelineRunner {
   PipelineRunner(int rank, PipelineSchedule schedule, std::vector<PipelineChunk*> chunks,
                  PipelineLinks links, PipelineRunnerOptions options);
 
-  // Message buffers, reused across instructions and steps; counted in options_.tracker.
-  std::vector<float> AcquireBuffer(int64_t elements);
-  void ReleaseBuffer(std::vector<float> buffer);
 
   const int rank_;
   const PipelineSchedule schedule_;
   const std::vector<PipelineChunk*> chunks_;  // by local index; borrowed
   PipelineLinks links_;
   const PipelineRunnerOptions options_;
-  std::vector<std::vector<float>> free_buffers_;
-  int64_t tracked_bytes_ = 0;  // capacity of every buffer this runner allocated
+  // Message buffers, reused across instructions and steps, and the sends in flight; counted in
+  // options_.tracker (host, activations).
+  SendBuffers buffers_;
   Status broken_;
 };
 
