@@ -14,6 +14,7 @@
 
 #include "runtime/comm/local_ranks.h"
 #include "runtime/device/device_factory.h"
+#include "runtime/nn/gpt.h"
 #include "tests/runtime/parallel/gpt/grid_parity.h"
 
 namespace zs::parallel {
@@ -37,6 +38,7 @@ struct GridResult {
   ParamDiff diff;                 // every rank's parameters against the reference, merged
   std::vector<int64_t> activation_peaks;  // per world rank
   std::vector<int64_t> micro_batch_peaks;  // per world rank: what micro-batches in flight hold
+  std::vector<int64_t> comm_buffers_peaks;  // per world rank: gradient staging and buckets
 };
 
 // The grid's ranks as threads (local backend), each compared with `ref` when given.
@@ -46,6 +48,7 @@ GridResult RunGrid(const GridSpec& spec, const Reference* ref) {
   out.digests.assign(size_t(world), 0);
   out.activation_peaks.assign(size_t(world), 0);
   out.micro_batch_peaks.assign(size_t(world), 0);
+  out.comm_buffers_peaks.assign(size_t(world), 0);
   std::mutex mu;
   CommOptions options;
   options.timeout = std::chrono::milliseconds(60'000);
@@ -64,6 +67,7 @@ GridResult RunGrid(const GridSpec& spec, const Reference* ref) {
     out.digests[size_t(rank)] = r.digest;
     out.activation_peaks[size_t(rank)] = r.activation_peak;
     out.micro_batch_peaks[size_t(rank)] = r.micro_batch_peak;
+    out.comm_buffers_peaks[size_t(rank)] = r.comm_buffers_peak;
     out.diff.Merge(r.diff);
     return OkStatus();
   });
@@ -144,6 +148,52 @@ TEST(GridGptTest, ZeroStagesAreBitIdenticalWithinAGrid) {
     } else {
       EXPECT_EQ(r.digests, first);
     }
+  }
+}
+
+// [Note: micro-batches in flight] (zero_engine_impl.h): under 1F1B each stage reduces a unit's
+// gradient at the micro-batch's last backward on it, so a unit's fp32 staging lives only during
+// that backward; per-step reduction keeps every unit's until Step. Both modes give bit-identical
+// parameters at every ZeRO stage within a grid, and both match the one-rank run.
+TEST(GridGptTest, PipelineStagesReducePerMicroBatch) {
+  GridSpec s;
+  s.pp = 2;
+  s.dp = 2;
+  s.layers = 4;
+  s.ga = 4;
+  for (bool per_step : {false, true}) {
+    s.reduce_per_step = per_step;
+    std::vector<uint64_t> first;
+    for (int stage = 0; stage <= 3; ++stage) {
+      s.stage = stage;
+      SCOPED_TRACE(fmt::format("{}, reduce_per_step {}", s.ToString(), per_step));
+      GridResult r = RunGrid(s, nullptr);
+      ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+      if (stage == 0) first = r.digests;
+      EXPECT_EQ(r.digests, first);
+    }
+  }
+  s.stage = 2;
+  s.reduce_per_step = false;
+  ExpectMatchesReference(s);
+  const GridResult per_micro_batch = RunGrid(s, nullptr);
+  s.reduce_per_step = true;
+  ExpectMatchesReference(s);
+  const GridResult per_step = RunGrid(s, nullptr);
+  ASSERT_TRUE(per_micro_batch.status.ok() && per_step.status.ok());
+  // Each stage holds two blocks (and the embedding, or the head's LayerNorm); per-step
+  // reduction holds every unit's fp32 staging at once, per micro-batch one unit's at a time
+  // (beside the reducer's buckets, the same in both): at least one block's staging less.
+  const auto gpt = nn::Gpt::Create(SmallGpt(s.layers));
+  ASSERT_TRUE(gpt.ok()) << gpt.status().ToString();
+  const int64_t block_bytes = (*gpt)->spec().units[1].numel() * int64_t(sizeof(float));
+  for (int r = 0; r < s.world(); ++r) {
+    std::printf("  rank %d: comm buffers peak %lld B per micro-batch, %lld B per step\n", r,
+                (long long)per_micro_batch.comm_buffers_peaks[size_t(r)],
+                (long long)per_step.comm_buffers_peaks[size_t(r)]);
+    EXPECT_LE(per_micro_batch.comm_buffers_peaks[size_t(r)] + block_bytes,
+              per_step.comm_buffers_peaks[size_t(r)])
+        << "rank " << r;
   }
 }
 

@@ -151,6 +151,7 @@ GridGptOptions Options(const GridSpec& spec) {
   o.model.moe.experts = spec.experts;
   o.model.moe.capacity_factor = spec.capacity_factor;
   o.ep = spec.ep;
+  o.reduce_per_step = spec.reduce_per_step;
   return o;
 }
 
@@ -185,6 +186,7 @@ StatusOr<RankResult> RunGridRank(const GridSpec& spec, const ProcessGroups& grou
   ZS_ASSIGN_OR_RETURN(out.digest, g->MasterDigest());
   out.activation_peak = g->activation_peak_bytes();
   out.micro_batch_peak = g->micro_batch_peak_bytes();
+  out.comm_buffers_peak = tracker.Peak(MemoryTier::kDevice, MemoryCategory::kCommBuffers);
   if (ref == nullptr && !collect_named) return out;
   // nn::Gpt's full parameters sliced as this rank holds them (dense references).
   ParamInit slice;

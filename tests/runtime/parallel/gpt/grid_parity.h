@@ -85,6 +85,7 @@ struct GridSpec {
   // The grid's learning rate is kLr times this; the reference always uses kLr. Anything but 1
   // is a deliberate mistake, for the checks that the comparison can fail.
   double lr_scale = 1.0;
+  bool reduce_per_step = false;  // GridGptOptions::reduce_per_step
   int world() const { return tp * pp * dp; }
   std::string ToString() const;
 };
@@ -135,6 +136,8 @@ struct RankResult {
   ParamDiff diff;                  // this rank's parameters against the reference's
   int64_t activation_peak = 0;
   int64_t micro_batch_peak = 0;
+  // The tracker's peak of device kCommBuffers: the engines' fp32 gradient staging and buckets.
+  int64_t comm_buffers_peak = 0;
   NamedParams named;  // this rank's parameters by name, when asked for
 };
 
