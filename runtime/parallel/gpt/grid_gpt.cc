@@ -79,6 +79,10 @@ StatusOr<std::unique_ptr<GridGpt>> GridGpt::Create(const GridGptOptions& options
     ZS_ASSIGN_OR_RETURN(ModelSpec expert_spec, SubsetSpec(model.spec(), expert_units));
     EngineParallelism expert_parallel;
     expert_parallel.ep_rank = g->ep_->rank();  // the router counts on ep rank 0
+    // [Note: experts over tp] (tp_transformer_block.h): every tp rank holds the same experts
+    // with the same gradients; they count in the norm on tp rank 0 only.
+    expert_parallel.model_parallel = parallel.model_parallel;
+    expert_parallel.tp_rank = groups.coord().tp;
     expert_parallel.reduce_per_step = parallel.reduce_per_step;
     ZS_ASSIGN_OR_RETURN(g->expert_engine_,
                         ZeroEngine::Create(options.engine, std::move(expert_spec),

@@ -23,8 +23,10 @@
 // - Experts: a second engine holds this rank's "block.i.moe" units over its edp group. Both
 //   engines clip with one norm: each's PrepareStep() sum, the expert engines' summed over the ep
 //   group (the router counted on ep rank 0), then over the model-parallel group, in fixed order
-//   (zero_engine.h, PrepareStep/FinishStep). The loss reported is the language-model
-//   cross-entropy; the load-balancing loss is in the gradients only.
+//   (zero_engine.h, PrepareStep/FinishStep). With tp > 1 the experts are replicated over tp
+//   and count on tp rank 0 ([Note: experts over tp], tp_transformer_block.h). The loss
+//   reported is the language-model cross-entropy; the load-balancing loss is in the gradients
+//   only.
 // - After a failed TrainStep the object is broken (its engines may be half-stepped, its
 //   pipeline's messages out of order): every later TrainStep fails at once with kAborted naming
 //   the first error.

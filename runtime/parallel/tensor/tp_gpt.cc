@@ -173,10 +173,10 @@ VocabShard TpGpt::vocab_shard() const {
 
 ParamInit TpGpt::Init(uint64_t seed) const {
   if (!has_experts()) return ShardInit(full_->Init(seed));
-  // With experts (tp is 1: TpTransformerBlock::CreateMoe), each dense unit takes nn::Gpt's
-  // values for the unit it stands for (a block unit's parameters are nn's block's first ones),
-  // and each expert unit draws its parameters by (layer, global parameter index), whatever the
-  // ep size, from random streams of their own (kExpertInitStream + layer).
+  // With experts, each dense unit takes nn::Gpt's values for the unit it stands for (a block
+  // unit's parameters are nn's block's first ones), sliced for this tp rank, and each expert
+  // unit draws its parameters by (layer, global parameter index), whatever the ep size, from
+  // random streams of their own (kExpertInitStream + layer); they are replicated over tp.
   constexpr int kExpertInitStream = 1 << 20;  // above any nn::Gpt unit index
   struct Role {
     int nn_unit = -1;       // dense: nn::Gpt's unit
@@ -191,8 +191,8 @@ ParamInit TpGpt::Init(uint64_t seed) const {
     roles[size_t(moe_unit(l))] = Role{-1, l, blocks_[size_t(l)].moe()->first_expert()};
   }
   const float residual_std = nn::Gpt::kInitStd / std::sqrt(2.0f * float(config_.gpt.layers));
-  return [dense = full_->Init(seed), seed, roles, residual_std](int unit, int param,
-                                                                std::span<float> values) {
+  return ShardInit([dense = full_->Init(seed), seed, roles, residual_std](
+                       int unit, int param, std::span<float> values) {
     const Role& role = roles[size_t(unit)];
     if (role.nn_unit >= 0) return dense(role.nn_unit, param, values);
     // MoeMlp's order: the router, then per local expert fc.weight, fc.bias, proj.weight,
@@ -208,7 +208,7 @@ ParamInit TpGpt::Init(uint64_t seed) const {
     const int global = 1 + 4 * role.first_expert + (param - 1);
     nn::FillNormal(seed, kExpertInitStream + role.layer, global,
                    which == 2 ? residual_std : nn::Gpt::kInitStd, values);
-  };
+  });
 }
 
 ParamInit TpGpt::ShardInit(ParamInit full_init) const {

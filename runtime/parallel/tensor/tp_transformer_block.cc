@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <string>
 
+#include "runtime/parallel/tensor/mappings.h"
+
 namespace zs::tp {
 namespace {
 
@@ -37,7 +39,7 @@ class RouterGradAccess final : public UnitAccess {
 int64_t TpBlockActivations::bytes() const {
   size_t floats = 0;
   for (const std::vector<float>* v : {&ln1_out, &ln1_mean, &ln1_rstd, &x1, &ln2_out, &ln2_mean,
-                                      &ln2_rstd, &scratch_a, &scratch_b}) {
+                                      &ln2_rstd, &scratch_a, &scratch_b, &moe_in, &moe_rows}) {
     floats += v->capacity();
   }
   return static_cast<int64_t>(floats * sizeof(float)) + attn.bytes() + mlp.bytes() + moe.bytes();
@@ -59,11 +61,6 @@ StatusOr<TpTransformerBlock> TpTransformerBlock::CreateMoe(int unit, int first_p
                                                            int64_t heads, const TpOptions& tp,
                                                            const MoeConfig& moe,
                                                            Communicator* ep) {
-  if (tp.size != 1) {
-    return UnimplementedError(fmt::format(
-        "experts with tensor parallelism (tp {}): not implemented; use tp 1 with experts",
-        tp.size));
-  }
   ZS_ASSIGN_OR_RETURN(TpAttention attn,
                       TpAttention::Create(unit, first_param + 2, hidden, heads, tp));
   const int ln2 = first_param + 2 + attn.num_params();
@@ -95,16 +92,49 @@ Status TpTransformerBlock::MlpForward(UnitAccess& access, Communicator& tp,
                                       TpBlockActivations& act, TpScratch& scratch, int64_t rows,
                                       float* y) const {
   if (mlp_) return mlp_->Forward(access, tp, act.ln2_out.data(), rows, act.mlp, scratch, y);
-  return moe_->Forward(access, act.ln2_out.data(), rows, y, act.moe);
+  if (!GathersRows()) return moe_->Forward(access, act.ln2_out.data(), rows, y, act.moe);
+  // [Note: experts over tp] Every tp rank runs the experts on all rows, then keeps its block.
+  const int64_t local = tp_.local_rows(rows) * hidden_;
+  act.moe_in.resize(size_t(rows * hidden_));
+  act.moe_rows.resize(size_t(rows * hidden_));
+  ZS_RETURN_IF_ERROR(GatherFromSequenceRegionForward(
+      tp, std::span<const float>(act.ln2_out.data(), size_t(local)), act.moe_in));
+  ZS_RETURN_IF_ERROR(
+      moe_->Forward(access, act.moe_in.data(), rows, act.moe_rows.data(), act.moe));
+  const float* mine = act.moe_rows.data() + tp_.first_row(rows) * hidden_;
+  std::copy(mine, mine + local, y);
+  return OkStatus();
+}
+
+bool TpTransformerBlock::GathersRows() const {
+  return moe_.has_value() && tp_.sequence_parallel && tp_.size > 1;
 }
 
 Status TpTransformerBlock::MlpBackward(UnitAccess& access, Communicator& tp, const float* dy,
                                        TpBlockActivations& act, TpScratch& scratch,
                                        float* dx) const {
   if (mlp_) return mlp_->Backward(access, tp, act.ln2_out.data(), dy, act.mlp, scratch, dx);
-  if (ep_ == nullptr || ep_->size() == 1) {
-    return moe_->Backward(access, act.ln2_out.data(), dy, dx, act.moe);
-  }
+  if (!GathersRows()) return MoeBackward(access, act.ln2_out.data(), dy, act, scratch, dx);
+  // [Note: experts over tp] The output's gradient of all rows (each rank's block of it), the
+  // experts' backward on all rows as in forward, and this rank's block of the input gradient:
+  // every rank computed the whole input gradient, so nothing is summed over tp.
+  const int64_t rows = act.batch * act.seq, local = tp_.local_rows(rows) * hidden_;
+  act.moe_rows.resize(size_t(rows * hidden_));
+  ZS_RETURN_IF_ERROR(
+      GatherFromSequenceRegionForward(tp, std::span<const float>(dy, size_t(local)), act.moe_rows)
+          .WithContext("gathering the experts' output gradient over tp"));
+  std::vector<float> dx_rows(size_t(rows * hidden_));
+  ZS_RETURN_IF_ERROR(
+      MoeBackward(access, act.moe_in.data(), act.moe_rows.data(), act, scratch, dx_rows.data()));
+  const float* mine = dx_rows.data() + tp_.first_row(rows) * hidden_;
+  std::copy(mine, mine + local, dx);
+  return OkStatus();
+}
+
+Status TpTransformerBlock::MoeBackward(UnitAccess& access, const float* x, const float* dy,
+                                       TpBlockActivations& act, TpScratch& scratch,
+                                       float* dx) const {
+  if (ep_ == nullptr || ep_->size() == 1) return moe_->Backward(access, x, dy, dx, act.moe);
   // The router's gradient from this micro-batch is this rank's tokens' part; every ep rank
   // holds the router alike, so each must add the sum over the ep group (the expert engine then
   // sums its edp group). Grad() may already hold earlier micro-batches' sums (a pipeline
@@ -114,7 +144,7 @@ Status TpTransformerBlock::MlpBackward(UnitAccess& access, Communicator& tp, con
   float* part = scratch.Partial(int64_t(router.size()));
   std::fill(part, part + router.size(), 0.0f);
   RouterGradAccess redirect(access, moe_unit_, 0, std::span<float>(part, router.size()));
-  ZS_RETURN_IF_ERROR(moe_->Backward(redirect, act.ln2_out.data(), dy, dx, act.moe));
+  ZS_RETURN_IF_ERROR(moe_->Backward(redirect, x, dy, dx, act.moe));
   ZS_RETURN_IF_ERROR(
       ep_->AllReduce(part, part, router.size(), DType::kF32, ReduceOp::kSum)
           .WithContext("summing the router gradient over the ep group"));

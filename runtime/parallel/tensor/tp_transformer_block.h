@@ -19,10 +19,15 @@
 // - Blocks the calling thread in the tp collectives; every tp rank calls in the same order.
 // - Experts (CreateMoe): the MLP is a MoeMlp (runtime/parallel/expert/moe_mlp.h) whose
 //   parameters are unit `moe_unit`'s (router, then this ep rank's experts): the caller holds
-//   both units' brackets. Tensor parallelism must then be 1 (each tp rank would compute the
-//   same experts). The block adds nothing to the loss itself: MoeMlp's Backward seeds its
-//   load-balancing loss; after it, the router's gradient (each ep rank's tokens' part) is
+//   both units' brackets. The block adds nothing to the loss itself: MoeMlp's Backward seeds
+//   its load-balancing loss; after it, the router's gradient (each ep rank's tokens' part) is
 //   summed over the ep group, so every ep rank holds the same router gradient.
+// - Experts with tp > 1 ([Note: experts over tp]): the experts are replicated over the tp group
+//   (their parameters are not tensor-parallel), and every tp rank runs the MoE on all rows of
+//   the micro-batch, so each computes the same outputs and the complete, identical gradients:
+//   tp times the expert compute and all-to-all traffic, no extra collective over tp. Under
+//   sequence parallelism the rows are first all-gathered over tp (forward: the input; backward:
+//   the output gradient), and each rank keeps its own block of the result.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +55,9 @@ struct TpBlockActivations {
   TpAttentionActivations attn;
   TpMlpActivations mlp;
   MoeActivations moe;  // experts only
+  // Experts under sequence parallelism with tp > 1: the MoE's input, all rows [rows, H] (kept
+  // for backward), and the all-rows output or gradient being split (scratch).
+  std::vector<float> moe_in, moe_rows;
   // Scratch: branch outputs and their gradients [local_rows, H].
   std::vector<float> scratch_a, scratch_b;
   int64_t bytes() const;
@@ -87,6 +95,12 @@ class TpTransformerBlock {
                     TpScratch& scratch, int64_t rows, float* y) const;
   Status MlpBackward(UnitAccess& access, Communicator& tp, const float* dy,
                      TpBlockActivations& act, TpScratch& scratch, float* dx) const;
+  // The MoeMlp's backward from input x and output gradient dy, with the router's gradient
+  // summed over ep.
+  Status MoeBackward(UnitAccess& access, const float* x, const float* dy, TpBlockActivations& act,
+                     TpScratch& scratch, float* dx) const;
+  // Experts under sequence parallelism with tp > 1: the MoE runs on all rows.
+  bool GathersRows() const;
 
   int64_t hidden_;
   TpOptions tp_;

@@ -208,6 +208,14 @@ StatusOr<RankResult> RunGridRank(const GridSpec& spec, const ProcessGroups& grou
           slice(unit, p, want);
         } else if (auto it = ref->named.find(name); it != ref->named.end()) {
           want = it->second;
+          // The one-rank run's full value, sliced as this tp rank holds it (replicated
+          // parameters, the experts among them, come whole).
+          const tp::TpParamLayout& layout = g->model().layout(unit, p);
+          if (groups.grid().tp_size() > 1 && int64_t(want.size()) == layout.full_numel()) {
+            std::vector<float> sliced(mine.size());
+            tp::SliceFull(layout, groups.coord().tp, groups.grid().tp_size(), want, sliced);
+            want = std::move(sliced);
+          }
         }
         if (want.size() != mine.size()) {
           return InternalError(

@@ -131,7 +131,9 @@ void CheckAgainstUnsplit(const LayerCase& c, int tp, uint64_t seed) {
     std::vector<float> gathered(full_values[p].size(), NAN);
     for (int r = 0; r < tp; ++r) {
       PlaceLocal(layout, r, tp, grads[r][p], gathered);
-      if (!layout.tensor_parallel()) EXPECT_EQ(grads[r][p], grads[0][p]) << name << " rank " << r;
+      if (!layout.tensor_parallel()) {
+        EXPECT_EQ(grads[r][p], grads[0][p]) << name << " rank " << r;
+      }
     }
     std::span<float> g_ref = full.GradData(0, int(p));
     ExpectClose(name, gathered, g_ref, kRtol);
