@@ -8,21 +8,44 @@
 // largest per-rank peak of model states (parameters + gradients + optimizer states), of
 // activations, and of all memory.
 //
-// BM_Bubble/schedule: two pipeline ranks (one per core of this 2-core machine, so compute does
-// not contend), kMicroBatches micro-batches, the measured bubble fraction of the step
-// (pipeline_runner.h, MeasuredBubbleFraction: time the ranks spent outside Forward/Backward)
-// against the formula (p-1)/(m+p-1) (GPipe, 1F1B) or ((p-1)/v)/(m+(p-1)/v) (interleaved, v=2)
-// and against `bubble_simulated`, the simulator's bubble for the measured per-chunk times (the
-// formula assumes equal stages; the difference between the two is the stages' imbalance),
-// and each schedule's peak activation bytes on the first stage (which holds the most in
-// flight), with `activations_vs_gpipe` against GPipe measured in the same iteration, and
-// `held_vs_gpipe`, the same for what the micro-batches in flight hold (without the chunk's fixed
-// scratch), against `held_goal` = 1/m + one micro-batch (1/m).
+// BM_Bubble/schedule/partition: two pipeline ranks (one per core of this 2-core machine, so
+// compute does not contend), kMicroBatches micro-batches of kBubbleModel (more layers than
+// BM_Grid's model, so that a contiguous partition has units fine enough to balance the stages,
+// and a vocabulary large enough that the embedding and the head weigh what they do in a real
+// GPT), the stages cut by parameter count (partition 0) or by measured forward + backward time
+// (partition 1, GridGptOptions::partition, segment_cost_probe.h). Counters: the measured bubble
+// fraction of the step (pipeline_runner.h, MeasuredBubbleFraction: time the ranks spent outside
+// Forward/Backward) against the formula (p-1)/(m+p-1) (GPipe, 1F1B) or ((p-1)/v)/(m+(p-1)/v)
+// (interleaved, v=2) and against `bubble_simulated`, the simulator's bubble for the measured
+// per-chunk times (the formula assumes equal stages; the difference between the two is the
+// stages' imbalance); `busy_max_vs_mean`, the busiest pp rank's compute time over the ranks'
+// mean (1 = balanced stages), `fwd_max_vs_mean` and `bwd_max_vs_mean` the same for the
+// forwards and the backwards alone (GPipe runs all forwards, then all backwards, so each phase
+// is paced by its own slowest stage); `embed_vs_block` and `head_vs_block`, the costs the partition
+// weighed (parameters or seconds) over a block's; each schedule's peak activation bytes on the
+// first stage (which holds the most in flight), with `activations_vs_gpipe` against GPipe on
+// the same stages (run once: byte counts do not depend on timing), and `held_vs_gpipe`, the same
+// for what the micro-batches in flight hold (without the chunk's fixed scratch), against
+// `held_goal` = 1/m + one micro-batch (1/m). The label names the partition and the stages'
+// segment ranges (embed = 0, head = last; several when the measured partition varied).
 //
-//   build/bin/bench_parallel --benchmark_counters_tabular=true
+// What partitioning by measured cost should move (written before measuring it): by parameter
+// count, the embedding (wte: vocab x hidden, more than a block here) counts as more than a
+// block but costs almost no compute, and the head (ln_f only: wte is tied) counts as nothing
+// but runs the vocabulary matmul and the cross-entropy, about a block's compute or more. So the
+// parameter-count partition gives the first stage fewer blocks and the last stage the head on
+// top: the last stage is the slower, `busy_max_vs_mean` well above 1 and the bubble of GPipe
+// and 1F1B well above the formula (the simulator agreeing). Measured costs move blocks from the
+// last stage to the first until the stages differ by less than one block: `busy_max_vs_mean`
+// should fall to within about half a block of 1, `bubble_simulated` toward the formula, and the
+// measured bubble with it, the rest being communication and overhead (the measured bubble above
+// the simulated one). Interleaved (v = 2) chunks are smaller, so both partitions do better there.
+//
+//   build/bin/bench_parallel --benchmark_filter=BM_Bubble --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <mutex>
 
@@ -41,11 +64,19 @@ constexpr int kMicroBatches = 8;
 constexpr int kGlobalBatch = 64;  // sequences per step
 const nn::GptConfig kModel{/*vocab=*/96, /*max_seq=*/64, /*layers=*/6, /*hidden=*/128,
                            /*heads=*/4};
+// BM_Bubble's: 16 layers over 2 stages; the vocabulary holds wte = 2048 x 128 parameters (1.3
+// blocks' worth) and makes the head's matmul about a block's compute, as in GPT-2 (where both
+// are about 5 blocks' worth).
+const nn::GptConfig kBubbleModel{/*vocab=*/2048, /*max_seq=*/32, /*layers=*/16, /*hidden=*/128,
+                                 /*heads=*/4};
 
 struct GridRun {
   int tp = 1, pp = 1, dp = 1;
   ScheduleKind schedule = ScheduleKind::kOneFOneB;
   int virtual_stages = 1;
+  nn::GptConfig model = kModel;
+  PartitionCost partition = PartitionCost::kParams;
+  std::vector<double> segment_costs;  // kExplicit
 };
 
 struct Measured {
@@ -57,6 +88,11 @@ struct Measured {
   std::vector<MemorySnapshot> memory;     // per rank
   std::vector<int64_t> activation_peaks;  // per rank: the pipeline chunks' own peak
   std::vector<int64_t> micro_batch_peaks;  // per rank: the same without fixed scratch
+  std::vector<double> busy_max_vs_mean;   // per timed step: the busiest pp rank over the mean
+  std::vector<double> forward_max_vs_mean;   // the same for the forwards alone
+  std::vector<double> backward_max_vs_mean;  // and for the backwards alone
+  std::vector<double> segment_costs;      // what the partition was computed from
+  std::string stages;                     // the chunks' segment ranges, "[0, 8) [8, 18)"
 };
 
 double Median(std::vector<double> v) {
@@ -84,15 +120,24 @@ Status Run(const GridRun& g, Measured& out) {
         ZS_ASSIGN_OR_RETURN(ProcessGroups groups, ProcessGroups::Create(comm, grid));
         ZS_ASSIGN_OR_RETURN(auto device, CreateDevice("cpu", tracker));
         GridGptOptions o;
-        o.model.gpt = kModel;
+        o.model.gpt = g.model;
         o.engine.zero_optimization.stage = 1;
         o.engine.gradient_accumulation_steps = kMicroBatches;
         o.micro_batch = micro_batch;
-        o.seq = kModel.max_seq;
+        o.seq = g.model.max_seq;
         o.seed = 1;
         o.schedule = g.schedule;
         o.virtual_stages = g.virtual_stages;
+        o.partition = g.partition;
+        o.segment_costs = g.segment_costs;
         ZS_ASSIGN_OR_RETURN(auto model, GridGpt::Create(o, groups, *device, &tracker));
+        if (rank == 0) {
+          out.segment_costs = model->segment_costs();
+          out.stages.clear();
+          for (const ChunkUnits& c : model->partition().chunks) {
+            out.stages += fmt::format("{}[{}, {})", out.stages.empty() ? "" : " ", c.begin, c.end);
+          }
+        }
         const int dp_rank = groups.coord().dp;
         std::vector<double> times;
         for (int step = 0; step < kWarmup + kTimed; ++step) {
@@ -104,8 +149,8 @@ Status Run(const GridRun& g, Measured& out) {
                 for (size_t i = 0; i < tokens.size(); ++i) {
                   const uint64_t key = uint64_t(step) << 40 ^ uint64_t(dp_rank) << 32 ^
                                        uint64_t(mb) << 24 ^ i;
-                  tokens[i] = int32_t(SplitMix64(key) % uint64_t(kModel.vocab));
-                  targets[i] = int32_t(SplitMix64(~key) % uint64_t(kModel.vocab));
+                  tokens[i] = int32_t(SplitMix64(key) % uint64_t(g.model.vocab));
+                  targets[i] = int32_t(SplitMix64(~key) % uint64_t(g.model.vocab));
                 }
                 return OkStatus();
               }));
@@ -128,11 +173,32 @@ Status Run(const GridRun& g, Measured& out) {
       &out.memory);
   out.bubble.clear();
   out.simulated_bubble.clear();
+  out.busy_max_vs_mean.clear();
+  out.forward_max_vs_mean.clear();
+  out.backward_max_vs_mean.clear();
   if (!status.ok()) return status;
   ZS_ASSIGN_OR_RETURN(PipelineSchedule schedule,
                       BuildSchedule(g.schedule, g.pp, kMicroBatches, g.virtual_stages));
   for (const auto& ranks : steps) {
     out.bubble.push_back(MeasuredBubbleFraction(ranks));
+    // Per rank: [0] all, [1] forwards, [2] backwards; the max over ranks against the mean.
+    std::array<double, 3> max{}, sum{};
+    for (const PipelineStepResult& r : ranks) {
+      std::array<double, 3> busy{};
+      for (const InstructionTiming& t : r.timings) {
+        const double d = t.end_s - t.start_s;
+        busy[0] += d;
+        busy[t.instruction.op == PipelineOp::kForward ? 1 : 2] += d;
+      }
+      for (size_t k = 0; k < 3; ++k) {
+        max[k] = std::max(max[k], busy[k]);
+        sum[k] += busy[k];
+      }
+    }
+    const double n = double(ranks.size());
+    out.busy_max_vs_mean.push_back(max[0] * n / sum[0]);
+    out.forward_max_vs_mean.push_back(max[1] * n / sum[1]);
+    out.backward_max_vs_mean.push_back(max[2] * n / sum[2]);
     ChunkCosts costs = ChunkCosts::Uniform(schedule.num_chunks(), 0, 0);
     std::vector<int> forwards(size_t(schedule.num_chunks())), backwards(forwards);
     for (const PipelineStepResult& r : ranks) {
@@ -206,21 +272,41 @@ BENCHMARK(BM_Grid)
 
 void BM_Bubble(benchmark::State& state) {
   const auto kind = ScheduleKind(state.range(0));
+  const auto partition = PartitionCost(state.range(1));
   const int p = 2, v = kind == ScheduleKind::kInterleaved ? 2 : 1, m = kMicroBatches;
-  const GridRun g{1, p, 1, kind, v};
-  const GridRun gpipe{1, p, 1, ScheduleKind::kGPipe, 1};
-  std::vector<double> bubbles, simulated, ratios, held_ratios;
+  const GridRun g{1, p, 1, kind, v, kBubbleModel, partition};
+  std::vector<double> bubbles, simulated, busy, forward, backward, embed_costs, head_costs;
+  double ratio = 0, held_ratio = 0;
   int64_t activations = 0;
+  std::string stages;  // every distinct partition of the iterations
+  bool have_base = false;
   for (auto _ : state) {
-    Measured base, mine;
-    if (Status s = Run(gpipe, base); !s.ok()) return state.SkipWithError(s.ToString().c_str());
+    Measured mine;
     if (Status s = Run(g, mine); !s.ok()) return state.SkipWithError(s.ToString().c_str());
     state.SetIterationTime(Median(mine.step_seconds));
     bubbles.push_back(Median(mine.bubble));
     simulated.push_back(Median(mine.simulated_bubble));
+    busy.push_back(Median(mine.busy_max_vs_mean));
+    forward.push_back(Median(mine.forward_max_vs_mean));
+    backward.push_back(Median(mine.backward_max_vs_mean));
+    embed_costs.push_back(mine.segment_costs.front() / mine.segment_costs[1]);
+    head_costs.push_back(mine.segment_costs.back() / mine.segment_costs[1]);
+    if (stages.find(mine.stages) == std::string::npos) {
+      stages += (stages.empty() ? "" : " / ") + mine.stages;
+    }
+    if (have_base) continue;
+    // Activation bytes do not depend on timing: GPipe on the same stages (the costs this run's
+    // partition was computed from) once, against the first iteration.
+    have_base = true;
+    Measured base = mine;
+    if (kind != ScheduleKind::kGPipe) {
+      const GridRun gpipe{1, p, 1, ScheduleKind::kGPipe, 1, kBubbleModel,
+                          PartitionCost::kExplicit, mine.segment_costs};
+      if (Status s = Run(gpipe, base); !s.ok()) return state.SkipWithError(s.ToString().c_str());
+    }
     activations = mine.activation_peaks[0];  // pp rank 0 holds the most in flight
-    ratios.push_back(double(mine.activation_peaks[0]) / double(base.activation_peaks[0]));
-    held_ratios.push_back(double(mine.micro_batch_peaks[0]) / double(base.micro_batch_peaks[0]));
+    ratio = double(mine.activation_peaks[0]) / double(base.activation_peaks[0]);
+    held_ratio = double(mine.micro_batch_peaks[0]) / double(base.micro_batch_peaks[0]);
   }
   const double formula = kind == ScheduleKind::kInterleaved
                              ? (double(p - 1) / v) / (m + double(p - 1) / v)
@@ -229,18 +315,29 @@ void BM_Bubble(benchmark::State& state) {
   state.counters["bubble_formula"] = formula;
   state.counters["bubble_vs_formula"] = Median(bubbles) / formula;
   state.counters["bubble_simulated"] = Median(simulated);
+  state.counters["busy_max_vs_mean"] = Median(busy);
+  state.counters["fwd_max_vs_mean"] = Median(forward);
+  state.counters["bwd_max_vs_mean"] = Median(backward);
+  // The costs the partition weighed, per block: parameters (partition 0) or seconds (1).
+  state.counters["embed_vs_block"] = Median(embed_costs);
+  state.counters["head_vs_block"] = Median(head_costs);
   state.counters["stage0_activation_bytes"] = double(activations);
-  state.counters["activations_vs_gpipe"] = Median(ratios);
+  state.counters["activations_vs_gpipe"] = ratio;
   // What the micro-batches in flight hold, without the chunk's fixed scratch: GPipe keeps m,
   // 1F1B at most p on the first stage (the goal: at most 1/m of GPipe's plus one micro-batch).
-  state.counters["held_vs_gpipe"] = Median(held_ratios);
+  state.counters["held_vs_gpipe"] = held_ratio;
   state.counters["held_goal"] = 1.0 / m + 1.0 / m;
-  state.SetLabel(fmt::format("{}, p={} m={} v={}", ScheduleKindName(kind), p, m, v));
+  state.SetLabel(fmt::format("{}, p={} m={} v={}, by {}: {}", ScheduleKindName(kind), p, m, v,
+                             PartitionCostName(partition), stages));
 }
 BENCHMARK(BM_Bubble)
-    ->Arg(int(ScheduleKind::kGPipe))
-    ->Arg(int(ScheduleKind::kOneFOneB))
-    ->Arg(int(ScheduleKind::kInterleaved))
+    ->ArgNames({"schedule", "partition"})
+    ->Args({int(ScheduleKind::kGPipe), int(PartitionCost::kParams)})
+    ->Args({int(ScheduleKind::kGPipe), int(PartitionCost::kMeasured)})
+    ->Args({int(ScheduleKind::kOneFOneB), int(PartitionCost::kParams)})
+    ->Args({int(ScheduleKind::kOneFOneB), int(PartitionCost::kMeasured)})
+    ->Args({int(ScheduleKind::kInterleaved), int(PartitionCost::kParams)})
+    ->Args({int(ScheduleKind::kInterleaved), int(PartitionCost::kMeasured)})
     ->UseManualTime()
     ->Iterations(3)
     ->Unit(benchmark::kMillisecond);

@@ -10,6 +10,9 @@
 // --tp and --pp put the ranks on a grid (runtime/parallel): tensor-parallel layers over tp,
 // pipeline chunks over pp (--schedule gpipe|1f1b|interleaved, --virtual-stages), ZeRO over the
 // rest (dp = world / (tp x pp)); --sequence-parallel and --recompute as in Megatron.
+// --partition params|measured cuts the pipeline into stages balanced by parameter count (the
+// default) or by each segment's forward + backward time, measured at start-up by a one-layer
+// probe (runtime/parallel/gpt/segment_cost_probe.h; dense models only).
 // --report writes a JSON file with every step's loss and time, the digest of the fp32 master
 // parameters, and each rank's peak bytes by tier and category. --trace writes each rank's
 // Chrome/Perfetto trace (compute, gathers, reductions, optimizer tiles, offload I/O and copies).
@@ -67,6 +70,7 @@ struct Args {
   int virtual_stages = 1;
   bool sequence_parallel = false;
   bool recompute = false;
+  std::string partition = "params";  // what the pipeline stages balance: params or measured
   int experts = 0;  // experts in every block's MLP (0: dense)
   int ep = 1;
   int top_k = 2;
@@ -198,6 +202,7 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
     ZS_ASSIGN_OR_RETURN(options.schedule, ParseScheduleKind(args.schedule));
     options.virtual_stages = args.virtual_stages;
     options.recompute = args.recompute;
+    ZS_ASSIGN_OR_RETURN(options.partition, parallel::ParsePartitionCost(args.partition));
     options.model.moe.experts = args.experts;
     options.model.moe.top_k = args.top_k;
     options.model.moe.capacity_factor = args.capacity_factor;
@@ -236,6 +241,7 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
                                    args.experts, args.top_k, args.capacity_factor, args.ep)
                      : "");
       for (int r = 0; r < world; ++r) fmt::print("  rank {}: {}\n", r, roles[size_t(r)]);
+      fmt::print("  pipeline stages {}\n", grid->PartitionString());
     }
   }
   if (lead) {
@@ -539,8 +545,13 @@ int main(int argc, char** argv) {
                "along the tokens)");
   app.add_flag("--recompute", args.recompute,
                "recompute each block's activations in backward instead of keeping them");
+  app.add_option("--partition", args.partition,
+                 "balance the pipeline stages by parameter count (params) or by forward + "
+                 "backward time measured at start-up (measured; dense models only)")
+      ->check(CLI::IsMember({"params", "measured"}));
   app.add_option("--experts", args.experts,
-                 "mixture-of-experts: this many experts replace every block's MLP (tp must be 1)")
+                 "mixture-of-experts: this many experts replace every block's MLP (replicated "
+                 "over tp)")
       ->check(CLI::Range(0, 4096));
   app.add_option("--ep", args.ep, "expert-parallel degree (divides dp)")
       ->check(CLI::Range(1, 4096));

@@ -3,8 +3,70 @@
 #include <fmt/format.h>
 
 #include "runtime/comm/all_gather_scalar.h"
+#include "runtime/parallel/gpt/segment_cost_probe.h"
 
 namespace zs::parallel {
+namespace {
+
+// The cost of each segment (embed, L layers, head) by `options.partition`, and how it came
+// about in `summary`. Measuring is collective over the world.
+StatusOr<std::vector<double>> SegmentCostsFor(const GridGptOptions& options,
+                                              const tp::TpGpt& model, const ProcessGroups& groups,
+                                              Device& device, MemoryTracker* tracker,
+                                              std::string* summary) {
+  const int segments = model.num_segments();
+  switch (options.partition) {
+    case PartitionCost::kParams:
+      *summary = "by parameter count";
+      return model.SegmentCosts();
+    case PartitionCost::kExplicit:
+      if (int(options.segment_costs.size()) != segments) {
+        return InvalidArgumentError(fmt::format(
+            "explicit partition costs: {} given, the GPT has {} segments (embed, {} layers, "
+            "head)",
+            options.segment_costs.size(), segments, options.model.gpt.layers));
+      }
+      *summary = "by explicit costs";
+      return options.segment_costs;
+    case PartitionCost::kMeasured: {
+      SegmentCostProbeOptions probe;
+      probe.model = options.model;
+      probe.engine = options.engine;
+      probe.micro_batch = options.micro_batch;
+      probe.seq = options.seq;
+      probe.recompute = options.recompute;
+      probe.repeats = options.probe_repeats;
+      ZS_ASSIGN_OR_RETURN(SegmentKindCosts kinds,
+                          MeasureSegmentCosts(probe, groups, device, tracker));
+      *summary = fmt::format("by measured seconds ({})", kinds.ToString());
+      return kinds.PerSegment(options.model.gpt.layers);
+    }
+  }
+  return InvalidArgumentError(fmt::format("unknown partition cost {}", int(options.partition)));
+}
+
+}  // namespace
+
+std::string_view PartitionCostName(PartitionCost cost) {
+  switch (cost) {
+    case PartitionCost::kParams:
+      return "params";
+    case PartitionCost::kMeasured:
+      return "measured";
+    case PartitionCost::kExplicit:
+      return "explicit";
+  }
+  return "unknown";
+}
+
+StatusOr<PartitionCost> ParsePartitionCost(std::string_view name) {
+  for (PartitionCost c : {PartitionCost::kParams, PartitionCost::kMeasured,
+                          PartitionCost::kExplicit}) {
+    if (name == PartitionCostName(c)) return c;
+  }
+  return InvalidArgumentError(
+      fmt::format("unknown partition cost '{}': expected params, measured or explicit", name));
+}
 
 StatusOr<std::unique_ptr<GridGpt>> GridGpt::Create(const GridGptOptions& options,
                                                    const ProcessGroups& groups, Device& device,
@@ -39,7 +101,9 @@ StatusOr<std::unique_ptr<GridGpt>> GridGpt::Create(const GridGptOptions& options
   ZS_ASSIGN_OR_RETURN(g->model_,
                       tp::TpGpt::Create(options.model, groups.tp(), tracker, g->ep_.get()));
   const tp::TpGpt& model = *g->model_;
-  const std::vector<double> costs = model.SegmentCosts();
+  ZS_ASSIGN_OR_RETURN(g->segment_costs_, SegmentCostsFor(options, model, groups, device,
+                                                          tracker, &g->cost_summary_));
+  const std::vector<double>& costs = g->segment_costs_;
   auto partition = PartitionVirtualStages(costs, pp, options.virtual_stages);
   if (!partition.ok()) {
     return partition.status().WithContext(fmt::format(
@@ -185,6 +249,10 @@ StatusOr<uint64_t> GridGpt::MasterDigest() {
     digest = digest * 0x100000001b3ull ^ experts;
   }
   return digest;
+}
+
+std::string GridGpt::PartitionString() const {
+  return fmt::format("{}: {}", cost_summary_, partition_.ToString());
 }
 
 std::string GridGpt::RoleString() const {

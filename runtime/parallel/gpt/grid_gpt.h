@@ -7,9 +7,16 @@
 //
 // Contract
 // - Create is collective over the world behind `groups` (every rank calls it with the same
-//   options). The units are partitioned over pp x virtual_stages chunks by parameter count
-//   (PartitionVirtualStages); this rank's engine holds the units of its chunks (SubsetSpec)
-//   initialized from TpGpt's Init(seed), i.e. its slice of nn::Gpt's. With pp > 1 a
+//   options). The segments (embed, L layers, head) are partitioned over pp x virtual_stages
+//   chunks (PartitionVirtualStages) by the costs `partition` names: parameter count (the
+//   default), seconds measured by a one-layer probe at Create (segment_cost_probe.h: collective
+//   over the world, the same costs on every rank; dense models only, Unimplemented with
+//   experts), or `segment_costs` given by the caller (InvalidArgument unless there is one
+//   finite, non-negative cost per segment); segment_costs() and PartitionString() show what
+//   was used. Measured costs vary from run to run, and so may the partition (and with it the
+//   order of the gradient norm's sums over stages): to repeat a run bit for bit, pass its
+//   segment_costs() as explicit costs. This rank's engine holds the units of its chunks
+//   (SubsetSpec) initialized from TpGpt's Init(seed), i.e. its slice of nn::Gpt's. With pp > 1 a
 //   TiedEmbeddingLink carries wte between the first and the last stage.
 // - TrainStep runs gradient_accumulation_steps micro-batches through the schedule, then the
 //   engine's Step(). `data(micro_batch, tokens, targets)` gives this dp rank's micro-batch
@@ -38,6 +45,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/comm/process_groups.h"
@@ -52,6 +60,16 @@
 
 namespace zs::parallel {
 
+// What GridGpt weighs the segments by when it cuts the pipeline into stages.
+enum class PartitionCost {
+  kParams,    // parameter count (tp::TpGpt::SegmentCosts): nothing to measure
+  kMeasured,  // forward + backward seconds of each segment kind (MeasureSegmentCosts)
+  kExplicit,  // GridGptOptions::segment_costs
+};
+std::string_view PartitionCostName(PartitionCost cost);  // "params", "measured", "explicit"
+// The inverse of PartitionCostName; InvalidArgument naming the string and the choices.
+StatusOr<PartitionCost> ParsePartitionCost(std::string_view name);
+
 struct GridGptOptions {
   tp::TpGptConfig model;
   EngineConfig engine;  // gradient_accumulation_steps = micro-batches per step
@@ -61,6 +79,11 @@ struct GridGptOptions {
   ScheduleKind schedule = ScheduleKind::kOneFOneB;
   int virtual_stages = 1;
   bool recompute = false;
+  // How the pipeline is partitioned (see the contract). Measuring runs a few forward and
+  // backward passes of a one-layer model at Create (probe_repeats timed, after one warm-up).
+  PartitionCost partition = PartitionCost::kParams;
+  std::vector<double> segment_costs;  // kExplicit: one per segment (embed, L layers, head)
+  int probe_repeats = 5;
   // Experts (model.moe.experts > 0): the expert-parallel degree. It divides dp: each dp group
   // is cut into ep groups of consecutive dp ranks; rank i of every ep group forms an
   // expert-data-parallel (edp) group, over which the experts' states are sharded.
@@ -97,6 +120,11 @@ class GridGpt {
   const tp::TpGpt& model() const { return *model_; }
   const StagePartition& partition() const { return partition_; }
   const std::vector<int>& units() const { return units_; }  // this rank's units
+  // The cost of each segment the partition was computed from (the same on every rank).
+  const std::vector<double>& segment_costs() const { return segment_costs_; }
+  // "by measured seconds (embed 0.1 ms, block 1.2 ms, head 0.9 ms): chunk 0 (rank 0): units
+  // [0, 7) cost 0.0074; chunk 1 (rank 1): ..." (units here are segments: embed, layers, head)
+  std::string PartitionString() const;
   // "tp 1/2, pp 0/2 (embed block.0 block.1), dp 1/2" (and ", ep 1/2" with experts)
   std::string RoleString() const;
   int64_t activation_peak_bytes() const;  // the chunks' peaks, summed
@@ -110,6 +138,8 @@ class GridGpt {
   GridGptOptions options_;
   std::unique_ptr<tp::TpGpt> model_;
   StagePartition partition_;
+  std::vector<double> segment_costs_;
+  std::string cost_summary_;  // how segment_costs_ came about, for PartitionString()
   std::vector<int> units_;
   std::unique_ptr<Communicator> ep_;   // experts: this rank's ep group (split from dp)
   std::unique_ptr<Communicator> edp_;  // experts: ranks holding the same experts
