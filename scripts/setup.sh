@@ -5,13 +5,18 @@
 #   scripts/setup.sh --arm   the aarch64 cross build's (make test-arm): Debian's arm64
 #                            architecture is added to dpkg, then the cross compiler, qemu-user
 #                            and the :arm64 libraries the optimizer kernels and their tests use
+#   scripts/setup.sh --openmpi   OpenMPI (openmpi-bin, libopenmpi-dev): only the comparison point
+#                            of bench_comm (scripts/bench_openmpi.sh runs this itself), so not
+#                            part of the build's set
 set -euo pipefail
 
 arm=0
+openmpi=0
 case "${1:-}" in
   "") ;;
   --arm) arm=1 ;;
-  *) echo "zerostack setup: unknown option '$1' (expected none or --arm)" >&2; exit 2 ;;
+  --openmpi) openmpi=1 ;;
+  *) echo "zerostack setup: unknown option '$1' (expected none, --arm or --openmpi)" >&2; exit 2 ;;
 esac
 
 packages=(
@@ -31,6 +36,9 @@ fi
 if [ "$arm" -eq 1 ]; then
   packages=(cmake make g++-aarch64-linux-gnu qemu-user
             libhwy-dev:arm64 libfmt-dev:arm64 libgtest-dev:arm64)
+fi
+if [ "$openmpi" -eq 1 ]; then
+  packages=(openmpi-bin libopenmpi-dev)
 fi
 
 missing=()

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <mutex>
 #include <thread>
 
@@ -82,6 +83,14 @@ class FabricBackend final : public Backend {
     FabricTuning tuning;
     tuning.segment_bytes = size_t(segment) / 64 * 64;
     tuning.window = int(window);
+    ZS_ASSIGN_OR_RETURN(
+        const int64_t direct_segment,
+        ParseEnvInt("ZS_FABRIC_DIRECT_SEGMENT_BYTES", int64_t(tuning.direct_segment_bytes)));
+    if (direct_segment < 64) {
+      return InvalidArgumentError(fmt::format(
+          "{}: ZS_FABRIC_DIRECT_SEGMENT_BYTES={} must be >= 64", where, direct_segment));
+    }
+    tuning.direct_segment_bytes = size_t(direct_segment) / 64 * 64;
 
     const auto deadline = Clock::now() + options.timeout;
     // The n-th Connect of this rank to this group through this store joins the n-th group:
@@ -118,32 +127,65 @@ class FabricBackend final : public Backend {
     if (!opened.ok()) return opened.status().WithContext(where);
     std::shared_ptr<FabricEndpoint> endpoint = std::move(opened).value();
 
-    // "<inject size>:<address>": every rank takes the smallest inject size as the rendezvous
-    // threshold (fabric_communicator.h), so the two sides of a message always agree on it.
-    ZS_RETURN_IF_ERROR(
-        store.Set(prefix + "addr/" + std::to_string(rank),
-                  fmt::format("{}:{}", endpoint->inject_size(), endpoint->address())));
+    // "<probe>:<inject size>:<address>": every rank takes the smallest inject size as the
+    // rendezvous threshold (fabric_communicator.h), so the two sides of a message always agree
+    // on it; <probe> is the hex address of this rank's probe word when it offers direct copy
+    // (FabricTuning::direct_copy), else "-".
+    ZS_ASSIGN_OR_RETURN(const int64_t direct_copy_knob, ParseEnvInt("ZS_FABRIC_DIRECT_COPY", 1));
+    // Every rank of a one-host shm group takes part in the probe's extra store round (below),
+    // offering or not, so that the ranks agree even when the knob differs between them.
+    const bool may_direct_copy = all_local && provider == "shm";
+    const bool offer_direct_copy = direct_copy_knob != 0 && may_direct_copy;
+    const std::string probe =
+        offer_direct_copy ? fmt::format("{:x}", PeerMemoryProbeAddress()) : std::string("-");
+    ZS_RETURN_IF_ERROR(store.Set(
+        prefix + "addr/" + std::to_string(rank),
+        fmt::format("{}:{}:{}", probe, endpoint->inject_size(), endpoint->address())));
     std::vector<std::string> addresses(world_size);
     tuning.rendezvous_bytes = endpoint->inject_size();
+    bool readable = offer_direct_copy;  // every peer's probe word read back from here
     for (int r = 0; r < world_size; ++r) {
       ZS_ASSIGN_OR_RETURN(
           std::string value,
           GetWatching(store, prefix + "addr/" + std::to_string(r), deadline, &peers[r],
                       fmt::format("{}: waiting for the address of rank {}", where, r)));
+      const size_t probe_colon = value.find(':');
+      const std::string peer_probe = value.substr(0, probe_colon);
+      value = probe_colon == std::string::npos ? std::string() : value.substr(probe_colon + 1);
+      if (readable && r != rank) {
+        char* end = nullptr;
+        const uint64_t address = std::strtoull(peer_probe.c_str(), &end, 16);
+        readable = peer_probe != "-" && !peer_probe.empty() && *end == '\0' &&
+                   PeerMemoryReadable(peers[r].pid, address);
+      }
       const size_t colon = value.find(':');
       const std::string inject = value.substr(0, colon);
       if (colon == std::string::npos || inject.empty() || inject.size() > 18 ||
           inject.find_first_not_of("0123456789") != std::string::npos) {
         return InternalError(fmt::format("{}: rank {} published a malformed endpoint address '{}' "
-                                         "(expected '<inject size>:<hex address>')",
+                                         "(expected '<probe>:<inject size>:<hex address>')",
                                          where, r, value));
       }
       tuning.rendezvous_bytes = std::min<size_t>(tuning.rendezvous_bytes, std::stoull(inject));
       addresses[r] = value.substr(colon + 1);
     }
     ZS_RETURN_IF_ERROR(endpoint->InsertPeers(addresses));
-    ZS_LOG(kDebug, "{}: connected over provider '{}' (rendezvous above {} bytes)", where,
-           endpoint->provider_name(), tuning.rendezvous_bytes);
+    // Direct copy only when every rank read every other's probe: one more round of the store.
+    if (may_direct_copy) {
+      ZS_RETURN_IF_ERROR(
+          store.Set(prefix + "direct/" + std::to_string(rank), readable ? "1" : "0"));
+      tuning.direct_copy = true;
+      for (int r = 0; r < world_size; ++r) {
+        ZS_ASSIGN_OR_RETURN(
+            std::string verdict,
+            GetWatching(store, prefix + "direct/" + std::to_string(r), deadline, &peers[r],
+                        fmt::format("{}: waiting for rank {}'s direct-copy probe", where, r)));
+        tuning.direct_copy = tuning.direct_copy && verdict == "1";
+      }
+    }
+    ZS_LOG(kDebug, "{}: connected over provider '{}' (rendezvous above {} bytes, direct copy {})",
+           where, endpoint->provider_name(), tuning.rendezvous_bytes,
+           tuning.direct_copy ? "on" : "off");
     std::vector<int> world_ranks(world_size);
     for (int r = 0; r < world_size; ++r) world_ranks[r] = r;
     return std::unique_ptr<Communicator>(std::make_unique<FabricCommunicator>(

@@ -4,8 +4,11 @@
 // Contract
 // - Connect(store, rank, world, options) is collective over `world` ranks sharing `store`.
 //   Keys live under "fabric/<group name>/w<world>/g<generation>/": "peer/<rank>" (host, pid,
-//   start time) and "addr/<rank>" ("<inject size>:<endpoint address>"; the smallest inject size
-//   of the ranks is the rendezvous threshold, see fabric_communicator.h). The generation counts
+//   start time), "addr/<rank>" ("<probe>:<inject size>:<endpoint address>"; the smallest inject
+//   size of the ranks is the rendezvous threshold, see fabric_communicator.h; <probe> is the hex
+//   address of the rank's probe word, or "-") and, for shm on one host, "direct/<rank>" ("1"
+//   when the rank read every other rank's probe word with process_vm_readv). Direct copy is on
+//   when every rank wrote "1" (FabricTuning::direct_copy). The generation counts
 //   this rank's earlier Connects of the group through the store (the first generation whose
 //   "peer/<rank>" key is absent), so one store serves several groups and the same group
 //   connected again; the n-th Connect of every rank meets the others' n-th. A rank that failed
@@ -17,7 +20,9 @@
 // - While waiting for a peer's address, a peer on this host whose process died is reported at
 //   once (Unavailable naming the group, rank and pid) instead of at the timeout.
 // - Tuning knobs (read at Connect, must be equal on every rank): ZS_FABRIC_SEGMENT_BYTES
-//   (default 1M) and ZS_FABRIC_WINDOW (default 4); see fabric_communicator.h.
+//   (default 1M), ZS_FABRIC_WINDOW (default 4) and ZS_FABRIC_DIRECT_SEGMENT_BYTES (default 4M);
+//   see fabric_communicator.h. ZS_FABRIC_DIRECT_COPY=0 turns direct copy off on that rank (and
+//   so on every rank of the group: they agree through the "direct/" keys).
 #pragma once
 
 #include <memory>

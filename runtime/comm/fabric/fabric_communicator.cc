@@ -52,6 +52,7 @@ FabricCommunicator::FabricCommunicator(std::shared_ptr<FabricEndpoint> endpoint,
       rank_(rank),
       world_ranks_(std::move(world_ranks)),
       peers_(std::move(peers)),
+      liveness_(std::make_unique<PeerLiveness>(peers_, std::chrono::milliseconds(1))),
       options_(std::move(options)),
       tuning_(tuning),
       send_seq_(world_ranks_.size(), 0),
@@ -59,6 +60,9 @@ FabricCommunicator::FabricCommunicator(std::shared_ptr<FabricEndpoint> endpoint,
       queue_(std::in_place, fmt::format("fabric communicator of group '{}' (rank {})",
                                         options_.group_name, rank)) {
   for (int w : world_ranks_) addresses_.push_back(endpoint_->peer_address(w));
+  if (tuning_.direct_copy) {
+    for (const FabricPeer& peer : peers_) pull_pids_.push_back(peer.pid);
+  }
 }
 
 FabricCommunicator::~FabricCommunicator() {
@@ -91,16 +95,24 @@ FabricStreamTags FabricCommunicator::Tags(OpKind kind, uint32_t seq, int sender,
   return FabricStreamTags{Tag(kind, seq, sender), Tag(cts_kind, seq, receiver)};
 }
 
-size_t FabricCommunicator::SegmentBytes(size_t largest_message) const {
+size_t FabricCommunicator::SegmentBytes(size_t largest_message, bool direct) const {
   // Every rank computes the same size from the same counts, so segment numbers agree.
   const size_t needed = (largest_message + kFabricMaxSegments - 1) / kFabricMaxSegments;
-  return std::max(tuning_.segment_bytes, (needed + 63) / 64 * 64);
+  const size_t base = direct && tuning_.direct_copy ? tuning_.direct_segment_bytes
+                                                    : tuning_.segment_bytes;
+  return std::max(base, (needed + 63) / 64 * 64);
 }
 
 std::unique_ptr<FabricTransfer> FabricCommunicator::NewTransfer(
     const std::string& description) const {
   return std::make_unique<FabricTransfer>(*endpoint_, addresses_, peers_, description,
-                                          options_.timeout);
+                                          options_.timeout, liveness_.get());
+}
+
+std::unique_ptr<FabricStreamSet> FabricCommunicator::NewStreams(FabricTransfer& transfer,
+                                                                size_t segment) const {
+  return std::make_unique<FabricStreamSet>(transfer, segment, tuning_.window,
+                                           tuning_.rendezvous_bytes, pull_pids_);
 }
 
 char* FabricCommunicator::Scratch(size_t bytes) {
@@ -123,18 +135,28 @@ char* FabricCommunicator::Scratch(size_t bytes) {
 Status FabricCommunicator::RunAllGather(const std::string& description, OpKind kind, uint32_t seq,
                                         const void* send, void* recv, size_t bytes) {
   char* out = static_cast<char*>(recv);
-  if (bytes > 0 && send != out + size_t(rank_) * bytes) {
-    std::memcpy(out + size_t(rank_) * bytes, send, bytes);
+  auto copy_own_block = [&] {
+    if (bytes > 0 && send != out + size_t(rank_) * bytes) {
+      std::memcpy(out + size_t(rank_) * bytes, send, bytes);
+    }
+  };
+  if (bytes == 0 || size() == 1) {
+    copy_own_block();
+    return OkStatus();
   }
-  if (bytes == 0 || size() == 1) return OkStatus();
   auto transfer = NewTransfer(description);
-  FabricStreamSet streams(*transfer, SegmentBytes(bytes), tuning_.window, tuning_.rendezvous_bytes);
+  const std::unique_ptr<FabricStreamSet> owned_streams =
+      NewStreams(*transfer, SegmentBytes(bytes, /*direct=*/true));
+  FabricStreamSet& streams = *owned_streams;
   for (int p = 0; p < size(); ++p) {
     if (p == rank_) continue;
     streams.Add(false, p, out + size_t(p) * bytes, bytes, Tags(kind, seq, p, rank_));
     streams.Add(true, p, send, bytes, Tags(kind, seq, rank_, p));
   }
+  // The first segments go out before the own block is copied: peers (which read `send`, not
+  // `out`) can start on them meanwhile.
   streams.PumpAll();
+  copy_own_block();
   while (!streams.AllDone()) {
     ZS_RETURN_IF_ERROR(streams.Step([](int, int) {}));
   }
@@ -160,7 +182,8 @@ Status FabricCommunicator::RunReduce(const std::string& description, uint32_t se
 
   auto transfer = NewTransfer(description);
   transfer->KeepAliveIfOrphaned(scratch_);
-  FabricStreamSet streams(*transfer, segment, tuning_.window, tuning_.rendezvous_bytes);
+  const std::unique_ptr<FabricStreamSet> owned_streams = NewStreams(*transfer, segment);
+  FabricStreamSet& streams = *owned_streams;
   const OpKind reduce_kind = all_gather ? OpKind::kAllReduceReduce : OpKind::kReduceScatter;
   std::vector<int> ring_of(n, -1);  // peer -> ring index in scratch
   std::vector<int> reduce_recv;     // stream ids gated by the reduction
@@ -226,7 +249,9 @@ Status FabricCommunicator::RunBroadcast(const std::string& description, uint32_t
   const int position = (rank_ - root + n) % n;
   const int prev = (rank_ - 1 + n) % n, next = (rank_ + 1) % n;
   auto transfer = NewTransfer(description);
-  FabricStreamSet streams(*transfer, SegmentBytes(bytes), tuning_.window, tuning_.rendezvous_bytes);
+  const std::unique_ptr<FabricStreamSet> owned_streams =
+      NewStreams(*transfer, SegmentBytes(bytes));
+  FabricStreamSet& streams = *owned_streams;
   int recv_stream = -1, send_stream = -1;
   if (position > 0) {
     recv_stream =
@@ -300,8 +325,10 @@ Status FabricCommunicator::RunAllToAll(const std::string& description, uint32_t 
   }
 
   // Phase 2: the blocks of every pair that agreed.
-  const size_t segment = tuning_.segment_bytes;
-  FabricStreamSet streams(*transfer, segment, tuning_.window, tuning_.rendezvous_bytes);
+  const size_t segment =
+      tuning_.direct_copy ? tuning_.direct_segment_bytes : tuning_.segment_bytes;
+  const std::unique_ptr<FabricStreamSet> owned_streams = NewStreams(*transfer, segment);
+  FabricStreamSet& streams = *owned_streams;
   for (int i = 1; i < n; ++i) {
     const int p = (rank_ + i) % n;  // start with the next rank: spreads the load
     if (!agreed[p]) continue;
@@ -398,8 +425,7 @@ void FabricCommunicator::PointToPointLoop() {
       }
       // The deadline of a point-to-point operation runs from here, when it starts.
       op->transfer = NewTransfer(op->work->description());
-      op->streams = std::make_unique<FabricStreamSet>(*op->transfer, SegmentBytes(op->bytes),
-                                                tuning_.window, tuning_.rendezvous_bytes);
+      op->streams = NewStreams(*op->transfer, SegmentBytes(op->bytes, /*direct=*/true));
       const int sender = op->is_send ? rank_ : op->peer;
       const int receiver = op->is_send ? op->peer : rank_;
       op->streams->Add(op->is_send, op->peer, op->buffer, op->bytes,

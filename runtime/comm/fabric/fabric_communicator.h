@@ -13,6 +13,12 @@
 //   ZS_FABRIC_WINDOW, default 4, in flight per peer and direction; both must be equal on every
 //   rank). Receives go straight into the caller's output except the reduction inputs, which
 //   land in a per-communicator ring of (size-1) x window segments (host tier, kCommBuffers).
+// - Direct copy (FabricTuning::direct_copy, the default for ranks on one host over shm): a
+//   segment above the inject size is not a libfabric message at all; the sender sends a small
+//   descriptor of it and the receiver copies it out of the sender's memory (process_vm_readv),
+//   then returns a done word ([Note: direct copy] in fabric_stream_set.h). The rest of this
+//   contract holds unchanged; where it speaks of a segment's clear-to-send, read the descriptor
+//   and the done word. Without direct copy (tcp, several hosts, or refused at connect):
 // - No send above the inject size is ever posted before its receive (rendezvous): for every
 //   segment of more than FabricTuning::rendezvous_bytes (the smallest inject size of the ranks'
 //   endpoints, agreed at connect: 4 KiB for shm, 64 B for tcp;ofi_rxm) the receiver posts its
@@ -75,6 +81,7 @@
 namespace zs {
 
 class FabricTransfer;
+class FabricStreamSet;
 struct FabricStreamTags;
 
 struct FabricTuning {
@@ -83,6 +90,16 @@ struct FabricTuning {
   // Segments of more bytes wait for the receiver's clear-to-send (see the contract). The
   // backend sets the smallest inject size of the ranks' endpoints; 0 = every nonempty segment.
   size_t rendezvous_bytes = 0;
+  // Segments above rendezvous_bytes are copied by the receiver straight out of the sender's
+  // memory ([Note: direct copy] in fabric_stream_set.h). The backend sets it when every rank is
+  // on one host, the provider is shm and every rank could read every other's memory at connect
+  // (ZS_FABRIC_DIRECT_COPY=0 turns it off); every rank of a group must agree.
+  bool direct_copy = false;
+  // Under direct copy, the segment of streams that land straight in the caller's buffers
+  // (all-gather, send/recv, all-to-all): a larger copy per descriptor costs fewer messages and
+  // system calls. Reductions (their scratch ring) and broadcast (its chain's pipeline) keep
+  // segment_bytes. Multiple of 64; equal on every rank.
+  size_t direct_segment_bytes = size_t{4} << 20;
 };
 
 class FabricCommunicator final : public Communicator {
@@ -98,6 +115,8 @@ class FabricCommunicator final : public Communicator {
   std::string_view backend_name() const override { return "fabric"; }
   const CommOptions& options() const override { return options_; }
   const std::string& provider_name() const { return endpoint_->provider_name(); }
+  // Whether segments above the inject size are copied directly (FabricTuning::direct_copy).
+  bool direct_copy() const { return tuning_.direct_copy; }
 
   CommHandle StartAllGather(const void* send, void* recv, size_t count, DType dtype) override;
   CommHandle StartReduceScatter(const void* send, void* recv, size_t count, DType dtype,
@@ -135,8 +154,13 @@ class FabricCommunicator final : public Communicator {
   uint64_t Tag(OpKind kind, uint32_t seq, int src) const;
   // A stream's data tag (src = sender) and clear-to-send tag (src = receiver).
   FabricStreamTags Tags(OpKind kind, uint32_t seq, int sender, int receiver) const;
-  size_t SegmentBytes(size_t largest_message) const;
+  // The segment size of an operation whose largest message has `largest_message` bytes;
+  // `direct` selects FabricTuning::direct_segment_bytes when direct copy is on.
+  size_t SegmentBytes(size_t largest_message, bool direct = false) const;
   std::unique_ptr<FabricTransfer> NewTransfer(const std::string& description) const;
+  // The streams of one operation over `transfer`, with the communicator's window, rendezvous
+  // threshold and direct copy.
+  std::unique_ptr<FabricStreamSet> NewStreams(FabricTransfer& transfer, size_t segment) const;
   char* Scratch(size_t bytes);  // the reduction ring; worker thread only
 
   Status RunAllGather(const std::string& description, OpKind kind, uint32_t seq,
@@ -166,6 +190,8 @@ class FabricCommunicator final : public Communicator {
   const std::vector<int> world_ranks_;
   const std::vector<FabricPeer> peers_;       // by group rank
   std::vector<fi_addr_t> addresses_;          // by group rank; set in the constructor
+  std::vector<pid_t> pull_pids_;              // by group rank; empty without direct copy
+  const std::unique_ptr<PeerLiveness> liveness_;  // over peers_, for every transfer
   const CommOptions options_;
   const FabricTuning tuning_;
 

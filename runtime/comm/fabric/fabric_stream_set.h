@@ -5,15 +5,23 @@
 //
 // Contract: one operation's object, used by the one thread that runs the operation; it borrows
 // the transfer and the streams' buffers, which must outlive it. Header-only (Step is a template).
+// With direct copy (`pull_pids` not empty; see [Note: direct copy]) the receiving thread copies
+// each segment out of the sender's memory itself, inside Step/Poll.
 #pragma once
 
 #include <fmt/format.h>
+#include <sys/types.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
 #include <vector>
 
+#include "runtime/base/check.h"
 #include "runtime/base/status.h"
+#include "runtime/comm/fabric/fabric_peer.h"
 #include "runtime/comm/fabric/fabric_transfer.h"
 
 namespace zs {
@@ -41,6 +49,24 @@ struct FabricStreamTags {
 // segment at or below the inject size is copied by the provider when posted (shm writes it
 // into the receiver's queue and completes it at once) and needs no handshake, so small
 // messages cost no extra round trip. Every rank agrees on `rendezvous_bytes` at connect.
+//
+// [Note: direct copy] When every rank of the group runs on this host and can read the others'
+// memory with process_vm_readv (probed at connect, FabricTuning::direct_copy), a segment above
+// `rendezvous_bytes` moves without a large libfabric message: the sender sends a descriptor
+// (address, length, the stream's total bytes; 24 bytes, below every inject size) with the
+// segment's data tag, and the receiver, once its window and gating allow, copies the segment
+// straight from the sender's buffer into its own (one copy, by the receiving thread, with no
+// provider lock held) and returns a "done" word on the clear-to-send tag, which completes the
+// segment on the sender. Why: the shm provider (1.17) performs its own CMA copy of a large
+// message inside the receiver's progress while holding the receiver's region spin lock, the
+// lock every sender to that rank needs to post anything; so on few cores the two directions of
+// an exchange serialize (a rank spins in fi_tsend while its peer copies), and a rank's copies
+// and its peer's never overlap. The done word is 0; or the receiver's byte count of the stream
+// + 1 when the descriptor's differs (a mismatched call: both sides fail with InvalidArgument);
+// or ~0 when the copy failed (both sides fail with Unavailable). The sender's buffer is only
+// read, and only until the done word arrives, so a sender's operation completes when every
+// receiver is through with its buffer, as with a provider's own rendezvous. Only small
+// messages then cross libfabric, so libfabric #9853 (above) cannot occur either.
 struct FabricStream {
   bool is_send = false;
   int peer = 0;
@@ -55,19 +81,34 @@ struct FabricStream {
   int in_flight = 0;  // sends: awaiting clear-to-send or posted; receives: posted
   int done = 0;
   int cts_pending = 0;  // receives: clear-to-send messages posted and not yet completed
+                        // direct copy: small sends (descriptors, done words) not yet completed
+};
+
+// What crosses libfabric for one segment under direct copy (see [Note: direct copy]).
+struct FabricPullDescriptor {
+  uint64_t address = 0;       // of the segment in the sender's address space
+  uint64_t length = 0;        // of the segment
+  uint64_t stream_bytes = 0;  // the sender's byte count of the whole stream
 };
 
 // The streams of one operation, posted through a FabricTransfer within a per-stream window.
 class FabricStreamSet {
  public:
-  FabricStreamSet(FabricTransfer& transfer, size_t segment, int window, size_t rendezvous_bytes)
+  // `pull_pids`: empty, or the process id of every group rank, to copy directly (see
+  // [Note: direct copy]); every rank of the group must agree on whether it is empty.
+  FabricStreamSet(FabricTransfer& transfer, size_t segment, int window, size_t rendezvous_bytes,
+                  std::span<const pid_t> pull_pids = {})
       : transfer_(transfer),
         segment_(segment),
         window_(window),
-        rendezvous_bytes_(rendezvous_bytes) {}
+        rendezvous_bytes_(rendezvous_bytes),
+        pull_pids_(pull_pids) {
+    if (!pull_pids_.empty()) transfer_.KeepAliveIfOrphaned(slots_);
+  }
 
   int Add(bool is_send, int peer, const void* base, size_t bytes, FabricStreamTags tags,
           int ring = 0) {
+    ZS_CHECK(streams_.size() < (size_t{1} << 16), "more than 65535 streams in one operation");
     FabricStream s;
     s.is_send = is_send;
     s.peer = peer;
@@ -99,6 +140,10 @@ class FabricStreamSet {
         ++s.in_flight;
         const size_t length = SegmentLength(s, seg);
         const uint64_t data_tag = s.tag | uint64_t(seg);
+        if (length > rendezvous_bytes_ && !pull_pids_.empty()) {
+          PostPull(int(i), s, seg, length);
+          continue;
+        }
         if (length <= rendezvous_bytes_) {
           if (s.is_send) {
             transfer_.Send(s.peer, Where(s, seg), length, data_tag,
@@ -141,31 +186,147 @@ class FabricStreamSet {
                       "complete",
                       transfer_.description()));
     }
-    Finish(on_segment);
-    return OkStatus();
+    return Finish(on_segment);
   }
   // Step without blocking: one poll of the transfer.
   Status Poll(bool* progressed) {
     finished_.clear();
     ZS_RETURN_IF_ERROR(transfer_.Poll(&finished_, progressed));
-    Finish([](int, int) {});
-    return OkStatus();
+    return Finish([](int, int) {});
   }
 
  private:
-  // What a cookie of a request stands for: bits 0-31 the segment, 32-61 the stream,
-  // 62-63 the part (the data, or the segment's clear-to-send message).
-  enum class Part : uint64_t { kData = 0, kClearToSend = 1 };
-  static uint64_t Cookie(int stream, int seg, Part part) {
-    return (uint64_t(part) << 62) | (uint64_t(stream) << 32) | uint32_t(seg);
+  // What a cookie of a request stands for: bits 0-19 the segment (< kFabricMaxSegments),
+  // 20-35 the stream, 36-61 the direct-copy slot, 62-63 the part (the data, or the segment's
+  // clear-to-send message; under direct copy: the descriptor, or the done word).
+  enum class Part : uint64_t { kData = 0, kClearToSend = 1, kDescriptor = 2, kDone = 3 };
+  static uint64_t Cookie(int stream, int seg, Part part, int slot = 0) {
+    return (uint64_t(part) << 62) | (uint64_t(slot) << 36) | (uint64_t(stream) << 20) |
+           uint64_t(seg);
+  }
+
+  // The buffers of one direct-copy message in flight: a descriptor (a sender's outgoing or a
+  // receiver's incoming one) and a done word. Held by the posted requests (refs), reused after.
+  static constexpr uint64_t kPullFailed = ~uint64_t{0};  // a done word: the copy failed
+  struct Slot {
+    FabricPullDescriptor descriptor;
+    uint64_t done = 0;
+    int refs = 0;
+  };
+  int AcquireSlot() {
+    int k;
+    if (!free_slots_.empty()) {
+      k = free_slots_.back();
+      free_slots_.pop_back();
+    } else {
+      k = int(slots_->size());
+      slots_->emplace_back();  // a deque: the other slots stay where they are
+    }
+    (*slots_)[k] = Slot{};
+    return k;
+  }
+  void ReleaseSlot(int k) {
+    if (--(*slots_)[k].refs == 0) free_slots_.push_back(k);
+  }
+
+  // Posts segment `seg` of stream `i` under direct copy: a sender posts the receive of the done
+  // word and sends its descriptor; a receiver posts the receive of the descriptor.
+  void PostPull(int i, FabricStream& s, int seg, size_t length) {
+    const int k = AcquireSlot();
+    Slot& slot = (*slots_)[k];
+    if (s.is_send) {
+      slot.descriptor = FabricPullDescriptor{reinterpret_cast<uint64_t>(Where(s, seg)), length,
+                                             s.bytes};
+      slot.refs = 2;
+      ++s.cts_pending;
+      transfer_.Recv(s.peer, &slot.done, sizeof(slot.done), s.cts_tag | uint64_t(seg),
+                     Cookie(i, seg, Part::kDone, k));
+      transfer_.Send(s.peer, &slot.descriptor, sizeof(slot.descriptor), s.tag | uint64_t(seg),
+                     Cookie(i, seg, Part::kDescriptor, k));
+    } else {
+      slot.refs = 1;
+      transfer_.Recv(s.peer, &slot.descriptor, sizeof(slot.descriptor), s.tag | uint64_t(seg),
+                     Cookie(i, seg, Part::kDescriptor, k));
+    }
+  }
+
+  // A direct-copy request finished. Returns whether segment `seg` of `s` is now complete.
+  StatusOr<bool> FinishPull(int index, FabricStream& s, int seg, Part part, int k) {
+    Slot& slot = (*slots_)[k];
+    if (s.is_send) {
+      if (part == Part::kDescriptor) {  // the descriptor went out
+        --s.cts_pending;
+        ReleaseSlot(k);
+        return false;
+      }
+      const uint64_t done = slot.done;  // the receiver copied the segment
+      ReleaseSlot(k);
+      if (done == kPullFailed) {
+        return UnavailableError(fmt::format("{}: rank {} could not copy this rank's data (tag "
+                                            "{:#x}); its own error names the cause",
+                                            transfer_.description(), s.peer, s.tag));
+      }
+      if (done != 0) {
+        return InvalidArgumentError(fmt::format(
+            "{}: rank {} expected {} bytes where this rank sent {} (tag {:#x}): the ranks called "
+            "the operation with different counts",
+            transfer_.description(), s.peer, done - 1, s.bytes, s.tag));
+      }
+      return true;
+    }
+    if (part == Part::kDone) {  // our done word went out
+      --s.cts_pending;
+      ReleaseSlot(k);
+      return false;
+    }
+    const FabricPullDescriptor d = slot.descriptor;
+    const size_t length = SegmentLength(s, seg);
+    Status status;
+    if (d.stream_bytes != s.bytes || d.length != length) {
+      status = InvalidArgumentError(fmt::format(
+          "{}: rank {} sent {} bytes where this rank expected {} (tag {:#x}): the ranks called "
+          "the operation with different counts",
+          transfer_.description(), s.peer, d.stream_bytes, s.bytes, s.tag));
+      slot.done = uint64_t(s.bytes) + 1;
+    } else {
+      status = ReadPeerMemory(pull_pids_[s.peer], Where(s, seg), d.address, length);
+      if (!status.ok()) {
+        status = UnavailableError(fmt::format("{}: copying {} bytes from rank {}: {}",
+                                              transfer_.description(), length, s.peer,
+                                              status.message()));
+      }
+      slot.done = status.ok() ? 0 : kPullFailed;
+    }
+    // The same slot carries the done word back (refs stays 1: the send now holds it).
+    ++s.cts_pending;
+    transfer_.Send(s.peer, &slot.done, sizeof(slot.done), s.cts_tag | uint64_t(seg),
+                   Cookie(index, seg, Part::kDone, k));
+    if (!status.ok()) return status;
+    return true;
   }
 
   template <typename F>
-  void Finish(F&& on_segment) {
+  Status Finish(F&& on_segment) {
+    Status first_error;
     for (uint64_t cookie : finished_) {
-      const int index = int((cookie >> 32) & 0x3fffffff), seg = int(uint32_t(cookie));
+      const int seg = int(cookie & 0xfffff), index = int((cookie >> 20) & 0xffff);
+      const int k = int((cookie >> 36) & 0x3ffffff);
       FabricStream& s = streams_[index];
-      if (Part(cookie >> 62) == Part::kClearToSend) {
+      const Part part = Part(cookie >> 62);
+      if (part == Part::kDescriptor || part == Part::kDone) {
+        StatusOr<bool> complete = FinishPull(index, s, seg, part, k);
+        if (!complete.ok()) {
+          if (first_error.ok()) first_error = complete.status();
+          continue;
+        }
+        if (*complete) {
+          --s.in_flight;
+          ++s.done;
+          on_segment(index, seg);
+        }
+        continue;
+      }
+      if (part == Part::kClearToSend) {
         if (s.is_send) {  // the receive is posted: send the data now
           transfer_.Send(s.peer, Where(s, seg), SegmentLength(s, seg), s.tag | uint64_t(seg),
                          Cookie(index, seg, Part::kData));
@@ -178,15 +339,21 @@ class FabricStreamSet {
       ++s.done;
       on_segment(index, seg);
     }
+    if (!first_error.ok()) return first_error;
     PumpAll();
+    return OkStatus();
   }
 
   FabricTransfer& transfer_;
   const size_t segment_;
   const int window_;
   const size_t rendezvous_bytes_;
+  const std::span<const pid_t> pull_pids_;
   std::vector<FabricStream> streams_;
   std::vector<uint64_t> finished_;
+  // Direct copy: shared with the transfer, which keeps it alive for requests it orphans.
+  std::shared_ptr<std::deque<Slot>> slots_ = std::make_shared<std::deque<Slot>>();
+  std::vector<int> free_slots_;
 };
 
 }  // namespace zs

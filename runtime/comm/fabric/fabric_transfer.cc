@@ -26,10 +26,11 @@ std::string RankList(const std::set<int>& ranks) {
 
 FabricTransfer::FabricTransfer(FabricEndpoint& endpoint, const std::vector<fi_addr_t>& addresses,
                                const std::vector<FabricPeer>& peers, std::string description,
-                               std::chrono::milliseconds timeout)
+                               std::chrono::milliseconds timeout, PeerLiveness* liveness)
     : endpoint_(endpoint),
       addresses_(addresses),
       peers_(peers),
+      liveness_(liveness),
       description_(std::move(description)),
       timeout_(timeout),
       deadline_(std::chrono::steady_clock::now() + timeout),
@@ -66,8 +67,12 @@ void FabricTransfer::Post(FabricRequest* request) {
   // [Note: never send to a dead peer] The shm provider inserts a send into the receiver's
   // shared region under the receiver's spin lock. A receiver killed while holding that lock
   // leaves it held forever, and fi_tsend would spin in the provider, past every deadline of
-  // ours. So a send to a peer known to be dead fails here instead of being posted.
-  if (request->is_send && PeerGone(peers_[request->peer])) {
+  // ours. So a send to a peer known to be dead fails here instead of being posted. The check
+  // reads /proc (several microseconds): with a PeerLiveness it runs at most once per period
+  // (the communicator's: 1 ms) for each peer, not once per message.
+  const bool gone = request->is_send && (liveness_ != nullptr ? liveness_->Gone(request->peer)
+                                                               : PeerGone(peers_[request->peer]));
+  if (gone) {
     states_[request->slot] = State::kFree;
     free_.push_back(request);
     if (post_error_.ok()) {
@@ -284,7 +289,8 @@ void FabricTransfer::Abandon() {
   for (size_t i = 0; i < requests_.size(); ++i) {
     if (states_[i] == State::kPosted) stuck.push_back(std::move(requests_[i]));
   }
-  endpoint_.OrphanAll(this, &stuck, std::move(keep_alive_));
+  endpoint_.OrphanAll(this, &stuck, std::make_shared<std::vector<std::shared_ptr<void>>>(
+                                        std::move(keep_alive_)));
 }
 
 }  // namespace zs

@@ -48,10 +48,11 @@ class PollBackoff {
 
 class FabricTransfer {
  public:
-  // `addresses` and `peers` are indexed by group rank and must outlive the transfer.
+  // `addresses` and `peers` are indexed by group rank and must outlive the transfer, as must
+  // `liveness` (over the same peers; null: PeerGone before every send).
   FabricTransfer(FabricEndpoint& endpoint, const std::vector<fi_addr_t>& addresses,
                  const std::vector<FabricPeer>& peers, std::string description,
-                 std::chrono::milliseconds timeout);
+                 std::chrono::milliseconds timeout, PeerLiveness* liveness = nullptr);
   ~FabricTransfer();
   FabricTransfer(const FabricTransfer&) = delete;
   FabricTransfer& operator=(const FabricTransfer&) = delete;
@@ -70,8 +71,10 @@ class FabricTransfer {
   Status WaitAll();
   int outstanding() const { return in_flight_ + int(retry_.size()); }
   // Memory that requests of this transfer point into and that must outlive them if the
-  // provider never completes them (see the destructor).
-  void KeepAliveIfOrphaned(std::shared_ptr<void> memory) { keep_alive_ = std::move(memory); }
+  // provider never completes them (see the destructor). Each call adds one block.
+  void KeepAliveIfOrphaned(std::shared_ptr<void> memory) {
+    keep_alive_.push_back(std::move(memory));
+  }
 
   const std::string& description() const { return description_; }
 
@@ -91,6 +94,7 @@ class FabricTransfer {
   FabricEndpoint& endpoint_;
   const std::vector<fi_addr_t>& addresses_;
   const std::vector<FabricPeer>& peers_;
+  PeerLiveness* const liveness_;
   const std::string description_;
   const std::chrono::milliseconds timeout_;
   const std::chrono::steady_clock::time_point deadline_;
@@ -104,7 +108,7 @@ class FabricTransfer {
   int in_flight_ = 0;                 // requests in state kPosted
   Status post_error_;                 // a post that failed with something other than EAGAIN
   PollBackoff backoff_;
-  std::shared_ptr<void> keep_alive_;
+  std::vector<std::shared_ptr<void>> keep_alive_;
 
   std::mutex completed_mu_;
   std::vector<FabricRequest*> completed_;  // guarded by completed_mu_
