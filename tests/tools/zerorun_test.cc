@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -137,6 +138,46 @@ TEST(ZerorunTest, PrefixesEveryLineAndSetsTheEnvironment) {
   // Every line carries a prefix.
   std::istringstream lines(out + err);
   for (std::string line; std::getline(lines, line);) EXPECT_EQ(line.substr(0, 2), "[r") << line;
+}
+
+TEST(ZerorunTest, RankCpusBindLocalRanksInTurn) {
+  const std::vector<int> allowed = {2, 5, 7};
+  EXPECT_EQ(RankCpus(CpuBinding::kCore, 0, allowed), std::vector<int>{2});
+  EXPECT_EQ(RankCpus(CpuBinding::kCore, 2, allowed), std::vector<int>{7});
+  EXPECT_EQ(RankCpus(CpuBinding::kCore, 4, allowed), std::vector<int>{5});  // wraps around
+  EXPECT_EQ(RankCpus(CpuBinding::kNone, 0, allowed), allowed);
+  EXPECT_TRUE(RankCpus(CpuBinding::kCore, 0, {}).empty());
+}
+
+// [Note: rank binding] Each rank's affinity, read by the rank itself: one CPU each, in turn
+// (wrapping around with more ranks than CPUs), by default; every CPU under kNone.
+TEST(ZerorunTest, RanksAreBoundToCpusInTurn) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof(set), &set), 0);
+  std::vector<int> allowed;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) allowed.push_back(c);
+  }
+  auto join = [](const std::vector<int>& cpus) {
+    std::string s;
+    for (int c : cpus) s += (s.empty() ? "" : ",") + std::to_string(c);
+    return s;
+  };
+  const int n = int(allowed.size()) + 1;  // one rank more than CPUs: the first CPU twice
+  for (CpuBinding bind : {CpuBinding::kCore, CpuBinding::kNone}) {
+    Captured c;
+    LaunchOptions o = Options(n, {"cpus"}, c);
+    o.bind = bind;
+    LaunchResult r = RunRanks(o).value();
+    ASSERT_EQ(r.exit_code, 0) << c.Err();
+    for (int k = 0; k < n; ++k) {
+      const std::string want = bind == CpuBinding::kNone
+                                   ? join(allowed)
+                                   : std::to_string(allowed[size_t(k) % allowed.size()]);
+      EXPECT_CONTAINS(c.Out(), fmt::format("[r{}] rank {} cpus {}\n", k, k, want));
+    }
+  }
 }
 
 TEST(ZerorunTest, FailingRankStopsTheOthers) {
@@ -334,6 +375,7 @@ TEST(ZerorunToolTest, BadCommandLines) {
   EXPECT_EQ(Tool({kHelper}).exit_code, 2);  // no -n
   EXPECT_EQ(Tool({"-n", "2", "--backend", "carrier-pigeon", kHelper}).exit_code, 2);
   EXPECT_EQ(Tool({"-n", "2", "--tag-output", "--output-dir", "/tmp/x", kHelper}).exit_code, 2);
+  EXPECT_EQ(Tool({"-n", "2", "--bind", "socket", kHelper}).exit_code, 2);
   ToolRun none = Tool({"-n", "2"});
   EXPECT_EQ(none.exit_code, 2);
   EXPECT_CONTAINS(none.err, "no PROGRAM given");

@@ -1,6 +1,7 @@
 // A rank program for zerorun_test: behaves according to argv[1] (see the cases below).
 // Every mode that stays alive first writes its pid to <dir>/pid.<rank>, so the test can check
 // afterwards that nothing is left running.
+#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -65,6 +66,17 @@ int main(int argc, char** argv) {
     std::printf("second line\nno newline %d", rank);
     std::fflush(stdout);
     std::fprintf(stderr, "to stderr %d\n", rank);
+    return 0;
+  }
+  if (mode == "cpus") {  // the CPUs this rank may run on: "rank R cpus 0,1"
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (::sched_getaffinity(0, sizeof(set), &set) != 0) return 91;
+    std::string list;
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &set)) list += (list.empty() ? "" : ",") + std::to_string(c);
+    }
+    std::printf("rank %d cpus %s\n", rank, list.c_str());
     return 0;
   }
   if (mode == "env") {

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -163,6 +164,18 @@ std::vector<std::string> RankEnvironment(const LaunchOptions& o, int rank,
   return env;
 }
 
+// The CPUs this process may run on, ascending; empty when they cannot be read.
+std::vector<int> AllowedCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  return cpus;
+}
+
 class Job {
  public:
   explicit Job(const LaunchOptions& o) : o_(o) {}
@@ -183,6 +196,7 @@ class Job {
   void Cleanup();
 
   const LaunchOptions& o_;
+  std::vector<int> allowed_cpus_;  // what zerorun may use: the ranks' bindings come from it
   std::string rendezvous_;
   bool remove_rendezvous_ = false;
   int devnull_ = -1;
@@ -202,6 +216,7 @@ Status Job::Prepare() {
         fmt::format("the number of ranks ({}) must be at least 1", o_.num_ranks));
   }
   if (o_.command.empty()) return InvalidArgumentError("no program to run was given");
+  allowed_cpus_ = AllowedCpus();
   if (o_.rendezvous.empty()) {
     const char* tmp = std::getenv("TMPDIR");
     std::string templ = fmt::format("{}/zerorun-XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -246,6 +261,12 @@ Status Job::Start(int rank) {
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
 
+  const std::vector<int> cpus = RankCpus(o_.bind, rank, allowed_cpus_);
+  cpu_set_t cpu_set;
+  CPU_ZERO(&cpu_set);
+  for (int c : cpus) CPU_SET(c, &cpu_set);
+  const bool bind = !cpus.empty() && cpus.size() < allowed_cpus_.size();
+
   int out[2] = {-1, -1}, err[2] = {-1, -1}, status[2] = {-1, -1};
   auto close_all = [&] {
     for (int fd : {out[0], out[1], err[0], err[1], status[0], status[1]}) {
@@ -287,6 +308,8 @@ Status Job::Start(int rank) {
     ::signal(SIGPIPE, SIG_DFL);
     ::signal(SIGINT, SIG_DFL);
     ::signal(SIGTERM, SIG_DFL);
+    // Best effort: a binding the kernel refuses leaves the rank where zerorun may run.
+    if (bind) (void)::sched_setaffinity(0, sizeof(cpu_set), &cpu_set);
     if (rank != 0) ::dup2(devnull_, STDIN_FILENO);
     ::dup2(out[1], STDOUT_FILENO);
     ::dup2(err[1], STDERR_FILENO);
@@ -503,6 +526,11 @@ void ForwardSignal(int sig) {
 }
 
 }  // namespace
+
+std::vector<int> RankCpus(CpuBinding bind, int rank, const std::vector<int>& allowed) {
+  if (allowed.empty() || bind == CpuBinding::kNone) return allowed;
+  return {allowed[size_t(rank) % allowed.size()]};
+}
 
 StatusOr<LaunchResult> RunRanks(const LaunchOptions& options) {
   Job job(options);

@@ -26,6 +26,12 @@
 //   many runs. They are removed when the rank has exited but before it is reaped (waitid
 //   with WNOWAIT): while its zombie exists the pid cannot be reused, so every <pid>:* name
 //   is this rank's.
+// - [Note: rank binding] By default (CpuBinding::kCore) each rank is bound to one CPU of those
+//   zerorun may use (sched_getaffinity): local rank r to the r-th, modulo their count. Why:
+//   unbound, the scheduler often put two busy-polling ranks on one CPU while the other ran
+//   something else; on 2 vCPUs, 2 and 4 ranks of bench_comm over fabric ran 2-3x slower
+//   unbound (issue 25, docs/PERFORMANCE.md). mpirun binds to cores alike (up to as many ranks
+//   as cores). kNone leaves placement to the scheduler (several jobs sharing a host).
 // - Errors that prevent the job from starting (bad options, a program that cannot be executed,
 //   no temporary directory) are returned as a Status naming the value; ranks already started
 //   are then killed and reaped first.
@@ -42,6 +48,12 @@
 
 namespace zs {
 
+// Where the ranks may run ([Note: rank binding]).
+enum class CpuBinding {
+  kCore,  // local rank r runs on the r-th CPU zerorun may use (modulo their count)
+  kNone,  // on every CPU zerorun may use, as the scheduler places them
+};
+
 struct LaunchOptions {
   int num_ranks = 1;
   std::vector<std::string> command;        // the program (found on PATH) and its arguments
@@ -55,7 +67,13 @@ struct LaunchOptions {
   int err_fd = STDERR_FILENO;        // also receives zerorun's own messages
   std::string shm_dir = "/dev/shm";  // where libfabric's shm leftovers are removed from
   int interrupt_fd = -1;             // readable: a byte holding a signal number to forward
+  CpuBinding bind = CpuBinding::kCore;
 };
+
+// The CPUs rank `rank` may run on, given the CPUs zerorun may use (`allowed`, ascending): one
+// under kCore, all under kNone.
+std::vector<int> RankCpus(CpuBinding bind, int rank,
+                          const std::vector<int>& allowed);
 
 struct RankOutcome {
   int rank = 0;

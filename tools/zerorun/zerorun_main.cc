@@ -2,6 +2,7 @@
 //
 //   zerorun -n 4 [--backend fabric|local|nccl] [--timeout SECONDS] [--grace SECONDS]
 //           [--rendezvous DIR|tcp://HOST:PORT] [--tag-output | --output-dir DIR]
+//           [--bind core|none]
 //           [--] PROGRAM ARGS...
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -31,6 +32,11 @@ int main(int argc, char** argv) {
   app.add_option("--rendezvous", options.rendezvous,
                  "rendezvous: a directory, or tcp://HOST:PORT served by rank 0 (default: a "
                  "fresh temporary directory, removed at the end)");
+  std::string bind = "core";
+  app.add_option("--bind", bind,
+                 "core (default): bind local rank r to the r-th CPU zerorun may use, modulo "
+                 "their count; none: leave the ranks to the scheduler")
+      ->check(CLI::IsMember({"core", "none"}));
   bool tag_output = false;
   auto* tag =
       app.add_flag("--tag-output", tag_output, "prefix each output line with [r<rank>] (default)");
@@ -53,6 +59,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "zerorun: no PROGRAM given\n%s", app.help().c_str());
     return 2;
   }
+  options.bind = bind == "none" ? zs::CpuBinding::kNone : zs::CpuBinding::kCore;
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   options.grace = std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000));
 
