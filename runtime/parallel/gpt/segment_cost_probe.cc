@@ -61,8 +61,8 @@ StatusOr<SegmentKindCosts> MeasureLocal(const SegmentCostProbeOptions& o, Commun
   engine_config.bf16 = o.engine.bf16;
   engine_config.gradient_accumulation_steps = 1;
   EngineParallelism parallel;
-  // The chunks open the embedding's forward bracket inside the head's and keep gradients
-  // across passes without a Step: the pipeline's mode ([Note: per-step reduction]).
+  // No Step follows the passes: with per-step reduction the staging accumulates and is never
+  // reduced, so the timings hold compute (and tp collectives) only, as the contract says.
   parallel.reduce_per_step = true;
   ZS_ASSIGN_OR_RETURN(std::unique_ptr<ZeroEngine> engine,
                       ZeroEngine::Create(engine_config, model->spec(), model->Init(0), device,

@@ -18,6 +18,9 @@ namespace zs::tp {
 struct TpScratch {
   std::vector<float> full;     // [rows, width]: gathered inputs, partial sums, gathered dy
   std::vector<float> partial;  // [rows, width] second buffer; replicated gradients' partials
+  // Experts under sequence parallelism ([Note: experts over tp]): their all-rows output, or
+  // output gradient and input gradient.
+  std::vector<float> rows;
 
   float* Full(int64_t n) {
     full.resize(static_cast<size_t>(n));
@@ -27,8 +30,13 @@ struct TpScratch {
     partial.resize(static_cast<size_t>(n));
     return partial.data();
   }
+  float* Rows(int64_t n) {
+    rows.resize(static_cast<size_t>(n));
+    return rows.data();
+  }
   int64_t bytes() const {
-    return static_cast<int64_t>((full.capacity() + partial.capacity()) * sizeof(float));
+    return static_cast<int64_t>((full.capacity() + partial.capacity() + rows.capacity()) *
+                                sizeof(float));
   }
 };
 

@@ -39,7 +39,7 @@ class RouterGradAccess final : public UnitAccess {
 int64_t TpBlockActivations::bytes() const {
   size_t floats = 0;
   for (const std::vector<float>* v : {&ln1_out, &ln1_mean, &ln1_rstd, &x1, &ln2_out, &ln2_mean,
-                                      &ln2_rstd, &scratch_a, &scratch_b, &moe_in, &moe_rows}) {
+                                      &ln2_rstd, &scratch_a, &scratch_b}) {
     floats += v->capacity();
   }
   return static_cast<int64_t>(floats * sizeof(float)) + attn.bytes() + mlp.bytes() + moe.bytes();
@@ -94,14 +94,14 @@ Status TpTransformerBlock::MlpForward(UnitAccess& access, Communicator& tp,
   if (mlp_) return mlp_->Forward(access, tp, act.ln2_out.data(), rows, act.mlp, scratch, y);
   if (!GathersRows()) return moe_->Forward(access, act.ln2_out.data(), rows, y, act.moe);
   // [Note: experts over tp] Every tp rank runs the experts on all rows, then keeps its block.
-  const int64_t local = tp_.local_rows(rows) * hidden_;
-  act.moe_in.resize(size_t(rows * hidden_));
-  act.moe_rows.resize(size_t(rows * hidden_));
+  const int64_t local = tp_.local_rows(rows) * hidden_, all = rows * hidden_;
+  float* x_rows = scratch.Full(all);
+  float* y_rows = scratch.Rows(all);
   ZS_RETURN_IF_ERROR(GatherFromSequenceRegionForward(
-      tp, std::span<const float>(act.ln2_out.data(), size_t(local)), act.moe_in));
-  ZS_RETURN_IF_ERROR(
-      moe_->Forward(access, act.moe_in.data(), rows, act.moe_rows.data(), act.moe));
-  const float* mine = act.moe_rows.data() + tp_.first_row(rows) * hidden_;
+      tp, std::span<const float>(act.ln2_out.data(), size_t(local)),
+      std::span<float>(x_rows, size_t(all))));
+  ZS_RETURN_IF_ERROR(moe_->Forward(access, x_rows, rows, y_rows, act.moe));
+  const float* mine = y_rows + tp_.first_row(rows) * hidden_;
   std::copy(mine, mine + local, y);
   return OkStatus();
 }
@@ -119,14 +119,20 @@ Status TpTransformerBlock::MlpBackward(UnitAccess& access, Communicator& tp, con
   // experts' backward on all rows as in forward, and this rank's block of the input gradient:
   // every rank computed the whole input gradient, so nothing is summed over tp.
   const int64_t rows = act.batch * act.seq, local = tp_.local_rows(rows) * hidden_;
-  act.moe_rows.resize(size_t(rows * hidden_));
+  const int64_t all = rows * hidden_;
+  float* x_rows = scratch.Full(all);
+  float* dy_rows = scratch.Rows(2 * all);
+  float* dx_rows = dy_rows + all;
   ZS_RETURN_IF_ERROR(
-      GatherFromSequenceRegionForward(tp, std::span<const float>(dy, size_t(local)), act.moe_rows)
+      GatherFromSequenceRegionForward(tp, std::span<const float>(act.ln2_out.data(), size_t(local)),
+                                      std::span<float>(x_rows, size_t(all)))
+          .WithContext("gathering the experts' input over tp again"));
+  ZS_RETURN_IF_ERROR(
+      GatherFromSequenceRegionForward(tp, std::span<const float>(dy, size_t(local)),
+                                      std::span<float>(dy_rows, size_t(all)))
           .WithContext("gathering the experts' output gradient over tp"));
-  std::vector<float> dx_rows(size_t(rows * hidden_));
-  ZS_RETURN_IF_ERROR(
-      MoeBackward(access, act.moe_in.data(), act.moe_rows.data(), act, scratch, dx_rows.data()));
-  const float* mine = dx_rows.data() + tp_.first_row(rows) * hidden_;
+  ZS_RETURN_IF_ERROR(MoeBackward(access, x_rows, dy_rows, act, scratch, dx_rows));
+  const float* mine = dx_rows + tp_.first_row(rows) * hidden_;
   std::copy(mine, mine + local, dx);
   return OkStatus();
 }

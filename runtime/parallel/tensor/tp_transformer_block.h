@@ -27,7 +27,8 @@
 //   the micro-batch, so each computes the same outputs and the complete, identical gradients:
 //   tp times the expert compute and all-to-all traffic, no extra collective over tp. Under
 //   sequence parallelism the rows are first all-gathered over tp (forward: the input; backward:
-//   the output gradient), and each rank keeps its own block of the result.
+//   the input again, as Megatron's column-parallel layers do, and the output gradient), in the
+//   TpScratch, and each rank keeps its own block of the result.
 #pragma once
 
 #include <cstdint>
@@ -55,9 +56,6 @@ struct TpBlockActivations {
   TpAttentionActivations attn;
   TpMlpActivations mlp;
   MoeActivations moe;  // experts only
-  // Experts under sequence parallelism with tp > 1: the MoE's input, all rows [rows, H] (kept
-  // for backward), and the all-rows output or gradient being split (scratch).
-  std::vector<float> moe_in, moe_rows;
   // Scratch: branch outputs and their gradients [local_rows, H].
   std::vector<float> scratch_a, scratch_b;
   int64_t bytes() const;
