@@ -109,10 +109,8 @@ std::unique_ptr<FabricTransfer> FabricCommunicator::NewTransfer(
                                           options_.timeout, liveness_.get());
 }
 
-std::unique_ptr<FabricStreamSet> FabricCommunicator::NewStreams(FabricTransfer& transfer,
-                                                                size_t segment) const {
-  return std::make_unique<FabricStreamSet>(transfer, segment, tuning_.window,
-                                           tuning_.rendezvous_bytes, pull_pids_);
+FabricStreamSet FabricCommunicator::NewStreams(FabricTransfer& transfer, size_t segment) const {
+  return FabricStreamSet(transfer, segment, tuning_.window, tuning_.rendezvous_bytes, pull_pids_);
 }
 
 char* FabricCommunicator::Scratch(size_t bytes) {
@@ -145,9 +143,7 @@ Status FabricCommunicator::RunAllGather(const std::string& description, OpKind k
     return OkStatus();
   }
   auto transfer = NewTransfer(description);
-  const std::unique_ptr<FabricStreamSet> owned_streams =
-      NewStreams(*transfer, SegmentBytes(bytes, /*direct=*/true));
-  FabricStreamSet& streams = *owned_streams;
+  FabricStreamSet streams = NewStreams(*transfer, SegmentBytes(bytes, /*direct=*/true));
   for (int p = 0; p < size(); ++p) {
     if (p == rank_) continue;
     streams.Add(false, p, out + size_t(p) * bytes, bytes, Tags(kind, seq, p, rank_));
@@ -182,8 +178,7 @@ Status FabricCommunicator::RunReduce(const std::string& description, uint32_t se
 
   auto transfer = NewTransfer(description);
   transfer->KeepAliveIfOrphaned(scratch_);
-  const std::unique_ptr<FabricStreamSet> owned_streams = NewStreams(*transfer, segment);
-  FabricStreamSet& streams = *owned_streams;
+  FabricStreamSet streams = NewStreams(*transfer, segment);
   const OpKind reduce_kind = all_gather ? OpKind::kAllReduceReduce : OpKind::kReduceScatter;
   std::vector<int> ring_of(n, -1);  // peer -> ring index in scratch
   std::vector<int> reduce_recv;     // stream ids gated by the reduction
@@ -249,9 +244,7 @@ Status FabricCommunicator::RunBroadcast(const std::string& description, uint32_t
   const int position = (rank_ - root + n) % n;
   const int prev = (rank_ - 1 + n) % n, next = (rank_ + 1) % n;
   auto transfer = NewTransfer(description);
-  const std::unique_ptr<FabricStreamSet> owned_streams =
-      NewStreams(*transfer, SegmentBytes(bytes));
-  FabricStreamSet& streams = *owned_streams;
+  FabricStreamSet streams = NewStreams(*transfer, SegmentBytes(bytes));
   int recv_stream = -1, send_stream = -1;
   if (position > 0) {
     recv_stream =
@@ -327,8 +320,7 @@ Status FabricCommunicator::RunAllToAll(const std::string& description, uint32_t 
   // Phase 2: the blocks of every pair that agreed.
   const size_t segment =
       tuning_.direct_copy ? tuning_.direct_segment_bytes : tuning_.segment_bytes;
-  const std::unique_ptr<FabricStreamSet> owned_streams = NewStreams(*transfer, segment);
-  FabricStreamSet& streams = *owned_streams;
+  FabricStreamSet streams = NewStreams(*transfer, segment);
   for (int i = 1; i < n; ++i) {
     const int p = (rank_ + i) % n;  // start with the next rank: spreads the load
     if (!agreed[p]) continue;
@@ -425,7 +417,8 @@ void FabricCommunicator::PointToPointLoop() {
       }
       // The deadline of a point-to-point operation runs from here, when it starts.
       op->transfer = NewTransfer(op->work->description());
-      op->streams = NewStreams(*op->transfer, SegmentBytes(op->bytes, /*direct=*/true));
+      op->streams = std::make_unique<FabricStreamSet>(
+          NewStreams(*op->transfer, SegmentBytes(op->bytes, /*direct=*/true)));
       const int sender = op->is_send ? rank_ : op->peer;
       const int receiver = op->is_send ? op->peer : rank_;
       op->streams->Add(op->is_send, op->peer, op->buffer, op->bytes,

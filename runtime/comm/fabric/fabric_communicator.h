@@ -160,7 +160,7 @@ class FabricCommunicator final : public Communicator {
   std::unique_ptr<FabricTransfer> NewTransfer(const std::string& description) const;
   // The streams of one operation over `transfer`, with the communicator's window, rendezvous
   // threshold and direct copy.
-  std::unique_ptr<FabricStreamSet> NewStreams(FabricTransfer& transfer, size_t segment) const;
+  FabricStreamSet NewStreams(FabricTransfer& transfer, size_t segment) const;
   char* Scratch(size_t bytes);  // the reduction ring; worker thread only
 
   Status RunAllGather(const std::string& description, OpKind kind, uint32_t seq,
