@@ -14,7 +14,8 @@
 // - ReadPeerMemory copies from another process of this host (process_vm_readv, cross-memory
 //   attach: one copy, no shared buffer); it needs the kernel to allow it (the same user and
 //   ptrace access: Yama's ptrace_scope 0, or a container without Yama). The fabric backend
-//   probes it at connect (PeerMemoryProbe) before relying on it.
+//   probes it at connect (PeerMemoryReadable of each peer's PeerMemoryProbeAddress) before
+//   relying on it.
 #pragma once
 
 #include <sys/types.h>
