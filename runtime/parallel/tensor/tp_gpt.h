@@ -6,8 +6,9 @@
 // - Gather units are exactly nn::Gpt's: the same units, names, parameter order and parameter
 //   names, with this rank's local shapes and ParamSpec::tensor_parallel set per parameter
 //   (with experts, each "block.i" loses its mlp.* and is followed by "block.i.moe": the
-//   router, replicated, then this ep rank's experts, ParamSpec::expert_parallel; tp must be 1;
-//   Init draws the experts by their global index, so any ep size starts from the same model):
+//   router, replicated, then this ep rank's experts, ParamSpec::expert_parallel; replicated
+//   over tp, [Note: experts over tp] in tp_transformer_block.h; Init draws the experts by
+//   their global index, so any ep size starts from the same model):
 //     unit 0        "embed"   wte.weight [Vp/tp, H] (tp), wpe.weight [T, H] (replicated)
 //     units 1..L    "block.i" ln1.* (repl.), attn.qkv.* [3H/tp, H], [3H/tp] (tp),
 //                             attn.proj.weight [H, H/tp] (tp), attn.proj.bias (repl.), ln2.*
