@@ -110,7 +110,16 @@ StatusOr<TieredBuffer> TieredBuffer::Allocate(Device& device, size_t bytes, Memo
   TieredBuffer out;
   ZS_ASSIGN_OR_RETURN(out.buffer_, device.Allocate(bytes, tier, category));
   if (tier == MemoryTier::kPinnedHost && device.kind() == DeviceKind::kCpu) {
-    ZS_RETURN_IF_ERROR(PinHostMemory(out.buffer_.data(), out.buffer_.size(), what));
+    Status pinned = PinHostMemory(out.buffer_.data(), out.buffer_.size(), what);
+    if (!pinned.ok() && mode == PinMode::kPinnedOrPageable &&
+        pinned.code() == StatusCode::kOutOfMemory) {
+      // Another thread (a rank of this process) pinned between HostTierFor's check and this
+      // one, and the limit is reached after all: pageable, as HostTierFor would have said.
+      out.buffer_.Reset();
+      ZS_ASSIGN_OR_RETURN(out.buffer_, device.Allocate(bytes, MemoryTier::kHost, category));
+      return out;
+    }
+    ZS_RETURN_IF_ERROR(pinned);
     out.locked_ = true;
   }
   return out;
@@ -147,31 +156,50 @@ StatusOr<std::unique_ptr<PinnedBufferPool>> PinnedBufferPool::Create(Device& dev
   // One decision for the whole pool before anything is allocated: an error names all of it.
   ZS_ASSIGN_OR_RETURN(const MemoryTier tier,
                       HostTierFor(device, pool->bytes_ * size_t(count), mode, what));
-  pool->pinned_ = tier == MemoryTier::kPinnedHost;
-  const bool lock = pool->pinned_ && device.kind() == DeviceKind::kCpu;
-  for (int64_t i = 0; i < count; ++i) {
-    auto buffer = device.Allocate(pool->bytes_, tier, category);
-    if (!buffer.ok()) {
-      return buffer.status().WithContext(
-          fmt::format("{}: buffer {} of {} ({} bytes each)", what, i, count, pool->bytes_));
-    }
-    if (lock) {
-      Status pinned = PinHostMemory(buffer->data(), pool->bytes_, what);
-      if (!pinned.ok()) return pinned;  // the destructor unpins those locked so far
-      pool->locked_ = true;
-    }
-    pool->buffers_.push_back(std::move(*buffer));
-    pool->free_.push_back(int(count - 1 - i));  // Take() hands out 0, 1, ... first
-    pool->out_.push_back(false);
+  Status filled = pool->Fill(device, count, tier, category, what);
+  if (!filled.ok() && tier == MemoryTier::kPinnedHost && mode == PinMode::kPinnedOrPageable &&
+      filled.code() == StatusCode::kOutOfMemory) {
+    // Another thread (a rank of this process) pinned between HostTierFor's check and these
+    // pins, and the limit is reached after all: pageable, as HostTierFor would have said.
+    filled = pool->Fill(device, count, MemoryTier::kHost, category, what);
   }
-  if (lock) pool->locked_ = true;
+  ZS_RETURN_IF_ERROR(filled);
   return pool;
 }
 
-PinnedBufferPool::~PinnedBufferPool() {
-  if (!locked_) return;
-  for (DeviceBuffer& b : buffers_) UnpinHostMemory(b.data(), bytes_);
+Status PinnedBufferPool::Fill(Device& device, int64_t count, MemoryTier tier,
+                              MemoryCategory category, const std::string& what) {
+  Clear();
+  pinned_ = tier == MemoryTier::kPinnedHost;
+  const bool lock = pinned_ && device.kind() == DeviceKind::kCpu;
+  for (int64_t i = 0; i < count; ++i) {
+    auto buffer = device.Allocate(bytes_, tier, category);
+    if (!buffer.ok()) {
+      return buffer.status().WithContext(
+          fmt::format("{}: buffer {} of {} ({} bytes each)", what, i, count, bytes_));
+    }
+    if (lock) {
+      ZS_RETURN_IF_ERROR(PinHostMemory(buffer->data(), bytes_, what));
+      locked_ = true;  // Clear() and the destructor unpin every buffer held
+    }
+    buffers_.push_back(std::move(*buffer));
+    free_.push_back(int(count - 1 - i));  // Take() hands out 0, 1, ... first
+    out_.push_back(false);
+  }
+  return OkStatus();
 }
+
+void PinnedBufferPool::Clear() {
+  if (locked_) {
+    for (DeviceBuffer& b : buffers_) UnpinHostMemory(b.data(), bytes_);
+  }
+  locked_ = false;
+  buffers_.clear();
+  free_.clear();
+  out_.clear();
+}
+
+PinnedBufferPool::~PinnedBufferPool() { Clear(); }
 
 std::optional<int> PinnedBufferPool::Take() {
   if (free_.empty()) return std::nullopt;

@@ -109,6 +109,11 @@ class PinnedBufferPool {
 
  private:
   PinnedBufferPool() = default;
+  // Allocates `count` buffers of bytes_ in `tier` (pinning them on a CPU device), after
+  // dropping any held; on an error, what was allocated stays for Clear().
+  Status Fill(Device& device, int64_t count, MemoryTier tier, MemoryCategory category,
+              const std::string& what);
+  void Clear();  // unpins and frees every buffer
   std::vector<DeviceBuffer> buffers_;
   std::vector<int> free_;
   std::vector<bool> out_;
