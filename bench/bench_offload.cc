@@ -27,6 +27,7 @@
 #include "offload/tile_copy_pipeline.h"
 #include "optimizers/cpu_optimizer.h"
 #include "optimizers/optimizer_spec.h"
+#include "runtime/base/median.h"
 #include "runtime/base/dtype.h"
 #include "runtime/base/env.h"
 #include "runtime/base/splitmix64.h"
@@ -320,11 +321,6 @@ int64_t StepParams() {
     return *v;
   }();
   return n;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // The in-memory step's time with `threads` optimizer threads (the median of 9 after one

@@ -8,7 +8,7 @@
 // largest per-rank peak of model states (parameters + gradients + optimizer states), of
 // activations, and of all memory.
 //
-// BM_Bubble/schedule/partition: two pipeline ranks (one per core of this 2-core machine, so
+// BM_Bubble/schedule/partition/model: two pipeline ranks (one per core of this 2-core machine, so
 // compute does not contend), kMicroBatches micro-batches of kBubbleModel (more layers than
 // BM_Grid's model, so that a contiguous partition has units fine enough to balance the stages,
 // and a vocabulary large enough that the embedding and the head weigh what they do in a real
@@ -28,6 +28,9 @@
 // for what the micro-batches in flight hold (without the chunk's fixed scratch), against
 // `held_goal` = 1/m + one micro-batch (1/m). The label names the partition and the stages'
 // segment ranges (embed = 0, head = last; several when the measured partition varied).
+// Model 0 is kBubbleModel (GPT-2-like proportions), model 1 the same GPT with 15 layers and a
+// vocabulary fitted so that its stages can be equal ([Note: a balanceable bubble model]): the
+// formula's premise, so there the bubble measures the schedule alone.
 //
 // What partitioning by measured cost should move (written before measuring it): by parameter
 // count, the embedding (wte: vocab x hidden, more than a block here) counts as more than a
@@ -49,10 +52,12 @@
 #include <chrono>
 #include <mutex>
 
+#include "runtime/base/median.h"
 #include "runtime/base/splitmix64.h"
 #include "runtime/comm/local_ranks.h"
 #include "runtime/device/device_factory.h"
 #include "runtime/parallel/gpt/grid_gpt.h"
+#include "runtime/parallel/gpt/segment_cost_probe.h"
 #include "runtime/parallel/pipeline/schedule_simulator.h"
 
 namespace zs::parallel {
@@ -69,6 +74,66 @@ const nn::GptConfig kModel{/*vocab=*/96, /*max_seq=*/64, /*layers=*/6, /*hidden=
 // are about 5 blocks' worth).
 const nn::GptConfig kBubbleModel{/*vocab=*/2048, /*max_seq=*/32, /*layers=*/16, /*hidden=*/128,
                                  /*heads=*/4};
+
+// [Note: a balanceable bubble model] The bubble formula assumes equal stages. With cuts only
+// between segments (embedding, blocks, head), kBubbleModel's stages cannot be equal on two
+// ranks: its head costs about 1.2 blocks on the CPUs measured, so the best cut leaves the
+// busier stage ~4% above the mean, which alone puts GPipe and 1F1B at 1.2-1.3x the formula
+// (m = 8 micro-batches each pay the difference). BM_Bubble's model 1 measures the schedules
+// on stages that CAN be equal: 15 layers and a vocabulary chosen on this CPU, before timing,
+// so that the head costs one block (embedding + 8 blocks | 7 blocks + head, and for the
+// interleaved v = 2 chunks embedding + 4 | 4 | 4 | 3 + head). The vocabulary comes from the
+// segment-cost probe (segment_cost_probe.h, on two ranks as the partition measures) at two
+// vocabularies, the head's cost being an offset plus a part proportional to the vocabulary;
+// the result is rounded to a multiple of 64. The model stays a GPT trained the same way; only
+// its head's width is fitted to the machine. The partition then measures the fitted model
+// again and cuts it itself: nothing forces the cut.
+StatusOr<nn::GptConfig> BalanceableBubbleModel(const nn::GptConfig& base) {
+  auto probe = [&](int64_t vocab) -> StatusOr<SegmentKindCosts> {
+    SegmentKindCosts costs;
+    // Two ranks, as the partition's own probe runs (GridGpt, PartitionCost::kMeasured): the
+    // head's matmul and a block's attention slow down differently when both cores compute.
+    Status s = RunLocalRanks(2, CommOptions{},
+                             [&](int rank, Communicator& comm, MemoryTracker& tracker) -> Status {
+      ZS_ASSIGN_OR_RETURN(RankGrid grid, RankGrid::Create(1, 2, 1, 2));
+      ZS_ASSIGN_OR_RETURN(ProcessGroups groups, ProcessGroups::Create(comm, grid));
+      ZS_ASSIGN_OR_RETURN(auto device, CreateDevice("cpu", tracker));
+      SegmentCostProbeOptions o;
+      o.model.gpt = base;
+      o.model.gpt.vocab = vocab;
+      o.micro_batch = kGlobalBatch / kMicroBatches;
+      o.seq = base.max_seq;
+      o.warmup = 2;
+      o.repeats = 9;
+      ZS_ASSIGN_OR_RETURN(SegmentKindCosts c, MeasureSegmentCosts(o, groups, *device, &tracker));
+      if (rank == 0) costs = c;  // every rank gets the same costs
+      return OkStatus();
+    });
+    if (!s.ok()) return s;
+    return costs;
+  };
+  const int64_t v1 = base.vocab, v0 = base.vocab / 4;
+  ZS_ASSIGN_OR_RETURN(SegmentKindCosts c1, probe(v1));
+  ZS_ASSIGN_OR_RETURN(SegmentKindCosts c0, probe(v0));
+  // head(v) = offset + slope * v, in blocks (each probe's own block time).
+  const double h1 = c1.head / c1.block, h0 = c0.head / c0.block;
+  const double slope = (h1 - h0) / double(v1 - v0);
+  if (!(slope > 0)) {
+    return InternalError(fmt::format("the head's cost did not grow with the vocabulary: {:.3f} "
+                                     "blocks at {}, {:.3f} at {}", h0, v0, h1, v1));
+  }
+  const double vocab = (1.0 - (h0 - slope * double(v0))) / slope;
+  nn::GptConfig model = base;
+  model.layers = 15;
+  model.vocab = std::max<int64_t>(64, int64_t(std::llround(vocab / 64.0)) * 64);
+  return model;
+}
+
+// Computed once per process, on first use (BM_Bubble's model 1).
+const StatusOr<nn::GptConfig>& BalancedBubbleModel() {
+  static const StatusOr<nn::GptConfig> model = BalanceableBubbleModel(kBubbleModel);
+  return model;
+}
 
 struct GridRun {
   int tp = 1, pp = 1, dp = 1;
@@ -94,11 +159,6 @@ struct Measured {
   std::vector<double> segment_costs;      // what the partition was computed from
   std::string stages;                     // the chunks' segment ranges, "[0, 8) [8, 18)"
 };
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
 
 Status Run(const GridRun& g, Measured& out) {
   const int world = g.tp * g.pp * g.dp;
@@ -273,8 +333,15 @@ BENCHMARK(BM_Grid)
 void BM_Bubble(benchmark::State& state) {
   const auto kind = ScheduleKind(state.range(0));
   const auto partition = PartitionCost(state.range(1));
+  const bool balanceable = state.range(2) == 1;  // [Note: a balanceable bubble model]
+  nn::GptConfig model = kBubbleModel;
+  if (balanceable) {
+    const StatusOr<nn::GptConfig>& fitted = BalancedBubbleModel();
+    if (!fitted.ok()) return state.SkipWithError(fitted.status().ToString().c_str());
+    model = *fitted;
+  }
   const int p = 2, v = kind == ScheduleKind::kInterleaved ? 2 : 1, m = kMicroBatches;
-  const GridRun g{1, p, 1, kind, v, kBubbleModel, partition};
+  const GridRun g{1, p, 1, kind, v, model, partition};
   std::vector<double> bubbles, simulated, busy, forward, backward, embed_costs, head_costs;
   double ratio = 0, held_ratio = 0;
   int64_t activations = 0;
@@ -300,7 +367,7 @@ void BM_Bubble(benchmark::State& state) {
     have_base = true;
     Measured base = mine;
     if (kind != ScheduleKind::kGPipe) {
-      const GridRun gpipe{1, p, 1, ScheduleKind::kGPipe, 1, kBubbleModel,
+      const GridRun gpipe{1, p, 1, ScheduleKind::kGPipe, 1, model,
                           PartitionCost::kExplicit, mine.segment_costs};
       if (Status s = Run(gpipe, base); !s.ok()) return state.SkipWithError(s.ToString().c_str());
     }
@@ -327,17 +394,23 @@ void BM_Bubble(benchmark::State& state) {
   // 1F1B at most p on the first stage (the goal: at most 1/m of GPipe's plus one micro-batch).
   state.counters["held_vs_gpipe"] = held_ratio;
   state.counters["held_goal"] = 1.0 / m + 1.0 / m;
-  state.SetLabel(fmt::format("{}, p={} m={} v={}, by {}: {}", ScheduleKindName(kind), p, m, v,
-                             PartitionCostName(partition), stages));
+  state.counters["layers"] = double(model.layers);
+  state.counters["vocab"] = double(model.vocab);
+  state.SetLabel(fmt::format("{}, p={} m={} v={}, by {}, {}: {}", ScheduleKindName(kind), p, m,
+                             v, PartitionCostName(partition),
+                             balanceable ? "balanceable model" : "GPT-2-like model", stages));
 }
 BENCHMARK(BM_Bubble)
-    ->ArgNames({"schedule", "partition"})
-    ->Args({int(ScheduleKind::kGPipe), int(PartitionCost::kParams)})
-    ->Args({int(ScheduleKind::kGPipe), int(PartitionCost::kMeasured)})
-    ->Args({int(ScheduleKind::kOneFOneB), int(PartitionCost::kParams)})
-    ->Args({int(ScheduleKind::kOneFOneB), int(PartitionCost::kMeasured)})
-    ->Args({int(ScheduleKind::kInterleaved), int(PartitionCost::kParams)})
-    ->Args({int(ScheduleKind::kInterleaved), int(PartitionCost::kMeasured)})
+    ->ArgNames({"schedule", "partition", "model"})
+    ->Args({int(ScheduleKind::kGPipe), int(PartitionCost::kParams), 0})
+    ->Args({int(ScheduleKind::kGPipe), int(PartitionCost::kMeasured), 0})
+    ->Args({int(ScheduleKind::kOneFOneB), int(PartitionCost::kParams), 0})
+    ->Args({int(ScheduleKind::kOneFOneB), int(PartitionCost::kMeasured), 0})
+    ->Args({int(ScheduleKind::kInterleaved), int(PartitionCost::kParams), 0})
+    ->Args({int(ScheduleKind::kInterleaved), int(PartitionCost::kMeasured), 0})
+    ->Args({int(ScheduleKind::kGPipe), int(PartitionCost::kMeasured), 1})
+    ->Args({int(ScheduleKind::kOneFOneB), int(PartitionCost::kMeasured), 1})
+    ->Args({int(ScheduleKind::kInterleaved), int(PartitionCost::kMeasured), 1})
     ->UseManualTime()
     ->Iterations(3)
     ->Unit(benchmark::kMillisecond);

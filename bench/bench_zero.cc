@@ -17,6 +17,7 @@
 #include <map>
 #include <mutex>
 
+#include "runtime/base/median.h"
 #include "runtime/base/splitmix64.h"
 #include "runtime/comm/local_ranks.h"
 #include "runtime/device/device_factory.h"
@@ -81,11 +82,6 @@ Status RunStage(int world, int stage, Measured& out) {
         return OkStatus();
       },
       &out.memory);
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 std::map<int, double>& Stage0Median() {

@@ -9,6 +9,7 @@
 #include <limits>
 #include <memory>
 
+#include "runtime/base/median.h"
 #include "runtime/comm/all_gather_scalar.h"
 #include "runtime/engine/zero_engine.h"
 #include "runtime/parallel/gpt/gpt_chunk.h"
@@ -23,12 +24,6 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 }
 
 // The middle value; the mean of the two middle ones for an even count.
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 Status CheckOptions(const SegmentCostProbeOptions& o) {
   if (o.model.moe.enabled()) {
     return UnimplementedError(fmt::format(
