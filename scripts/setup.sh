@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages zerostack builds against, if any is missing.
 # Run as root (CI, containers) it installs them; otherwise it prints the command to run.
-#   scripts/setup.sh         the native build's packages
+#   scripts/setup.sh         the native build's packages, then the Python virtual environment
+#                            .venv at the repository root (PyPI safetensors and numpy, for the
+#                            safetensors export test; python3-venv comes from Debian)
 #   scripts/setup.sh --arm   the aarch64 cross build's (make test-arm): Debian's arm64
 #                            architecture is added to dpkg, then the cross compiler, qemu-user
 #                            and the :arm64 libraries the optimizer kernels and their tests use
@@ -26,6 +28,7 @@ packages=(
   nlohmann-json3-dev libfmt-dev libspdlog-dev libcli11-dev
   libhwy-dev libopenblas-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  python3-venv                    # .venv for tests/runtime/checkpoint's Python check
 )
 # Thrust (runtime/parallel/expert) comes from the CUDA toolkit's CCCL where a toolkit is (nvcc on
 # PATH or in /usr/local/cuda); without one, Debian's headers serve the CPU path. Never both: a
@@ -41,6 +44,20 @@ if [ "$openmpi" -eq 1 ]; then
   packages=(openmpi-bin libopenmpi-dev)
 fi
 
+# PyPI's safetensors and numpy in .venv (gitignored), for the ctest safetensors_export_python.
+# Quiet when they are there already.
+setup_python_venv() {
+  [ "$arm" -eq 0 ] && [ "$openmpi" -eq 0 ] || return 0
+  local venv
+  venv="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.venv"
+  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import safetensors, numpy" 2>/dev/null; then
+    return 0
+  fi
+  echo "zerostack setup: installing safetensors and numpy into $venv"
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check safetensors numpy
+}
+
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
@@ -49,6 +66,7 @@ for p in "${packages[@]}"; do
 done
 
 if [ ${#missing[@]} -eq 0 ]; then
+  setup_python_venv
   exit 0
 fi
 
@@ -85,3 +103,4 @@ if ! "${as_root[@]}" apt-get update -qq; then
 fi
 "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
+setup_python_venv

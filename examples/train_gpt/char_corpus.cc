@@ -27,6 +27,20 @@ Status AppendFile(const std::string& path, std::string& out) {
   if (std::filesystem::is_directory(status)) {
     return InvalidArgumentError(fmt::format("corpus path '{}' is a directory, not a file", path));
   }
+  // A device (/dev/zero) or a pipe would be read without end; a file above the bound would not
+  // fit the int32 token positions the sampler uses.
+  if (!std::filesystem::is_regular_file(status)) {
+    return InvalidArgumentError(fmt::format(
+        "corpus path '{}' is not a regular file (a device, pipe or socket); give a text file",
+        path));
+  }
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  if (!ec && out.size() + size > kMaxCorpusBytes) {
+    return InvalidArgumentError(fmt::format(
+        "corpus file '{}' holds {} bytes; with the {} bytes before it the corpus would exceed "
+        "{} bytes, the most train_gpt loads",
+        path, size, out.size(), kMaxCorpusBytes));
+  }
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) {
     return IoError(fmt::format("cannot open corpus file '{}': {}", path, std::strerror(errno)));

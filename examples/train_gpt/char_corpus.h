@@ -3,7 +3,9 @@
 // Contract
 // - Load() reads one file, or a list of files whose bytes are concatenated in list order (no
 //   separator is added), into memory. Every failure is a Status naming the path: a missing file
-//   is NOT_FOUND, an unreadable one IO_ERROR, an empty one (or an empty list) INVALID_ARGUMENT.
+//   is NOT_FOUND, an unreadable one IO_ERROR, an empty one (or an empty list) INVALID_ARGUMENT,
+//   and so is anything but a regular file (/dev/zero, a pipe) or a corpus above
+//   kMaxCorpusBytes (1 GiB) in all.
 // - The vocabulary is the sorted set of distinct bytes of the text: token t stands for byte
 //   vocab()[t], and tokens are the int32 values [0, vocab_size()). Any bytes work (the text
 //   need not be ASCII or UTF-8); a UTF-8 character outside ASCII is several tokens.
@@ -24,6 +26,8 @@
 #include "runtime/base/status.h"
 
 namespace zs {
+
+inline constexpr uintmax_t kMaxCorpusBytes = uintmax_t{1} << 30;
 
 class CharCorpus {
  public:

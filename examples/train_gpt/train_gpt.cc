@@ -16,13 +16,22 @@
 // --report writes a JSON file with every step's loss and time, the digest of the fp32 master
 // parameters, and each rank's peak bytes by tier and category. --trace writes each rank's
 // Chrome/Perfetto trace (compute, gathers, reductions, optimizer tiles, offload I/O and copies).
+// --eval-every N prints a held-out loss every N steps: --eval-batches K fixed batches of the
+// corpus' validation split (CharCorpus::val_tokens, never sampled for training), forward only
+// (ZeroEngine::BeginEvaluation; data-parallel runs only, not with the grid flags).
+// --save-dir DIR --save-every N writes a checkpoint (runtime/checkpoint/checkpoint.h) every N
+// steps and after the last; --resume DIR (a checkpoint or a --save-dir) continues from it.
+// --steps is the total: a run resumed at step k trains steps k .. --steps - 1, the same steps,
+// on the same data, as the run it continues (data-parallel runs only).
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -33,6 +42,8 @@
 #include "examples/train_gpt/batch_sampler.h"
 #include "examples/train_gpt/char_corpus.h"
 #include "runtime/base/trace_recorder.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/safetensors_export.h"
 #include "runtime/comm/backend_registry.h"
 #include "runtime/comm/connect.h"
 #include "runtime/comm/local_ranks.h"
@@ -60,6 +71,11 @@ struct Args {
   int stage = -1;       // -1: the config's zero_optimization.stage
   std::string report;
   int print_every = 10;
+  int eval_every = 0;    // held-out loss every N steps (0: never)
+  int eval_batches = 4;  // held-out batches (of the global batch size) per evaluation
+  std::string save_dir;   // checkpoints: DIR/step-N (runtime/checkpoint)
+  int save_every = 0;     // 0: only after the last step (when --save-dir is given)
+  std::string resume;     // a checkpoint or a --save-dir to continue from
   std::string device = "cpu";
   std::string trace;      // Chrome trace per rank: trace.json -> trace.rank<r>.json
   std::string nvme_path;  // overrides offload_optimizer/offload_param.nvme_path
@@ -215,6 +231,10 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
                                                       *device, comm, trace.get()));
   }
   ZeroEngine* engine = grid != nullptr ? &grid->engine() : dp_engine.get();
+  if (grid != nullptr && (!args.save_dir.empty() || !args.resume.empty())) {
+    return UnimplementedError("--save-dir / --resume: checkpoints are data-parallel only (no "
+                              "grid flags)");
+  }
 
   BatchSplit split;
   split.world_size = dp_size;
@@ -224,6 +244,46 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
                       BatchSampler::Create(shared.corpus->train_tokens(), args.seq, args.seed,
                                            split.global_batch()));
   const int64_t B = split.micro_batch, T = args.seq;
+  // Checkpoints: the trainer object holds the data position (the next step: the sampler is a
+  // function of the seed, the global batch and the step) and what the sampler's rng derives
+  // from, so a resumed run sees the same batches.
+  const nlohmann::json trainer_base{{"program", "train_gpt"},
+                                    {"seed", args.seed},
+                                    {"global_batch", split.global_batch()},
+                                    {"seq", args.seq}};
+  int start_step = 0;
+  if (!args.resume.empty()) {
+    ZS_ASSIGN_OR_RETURN(CheckpointManifest m, LoadCheckpoint(*engine, comm, args.resume));
+    for (const char* key : {"seed", "global_batch", "seq"}) {
+      if (m.trainer.value(key, nlohmann::json()) != trainer_base[key]) {
+        return InvalidArgumentError(fmt::format(
+            "--resume {}: the checkpoint was trained with {} {}, this run has {}", m.dir, key,
+            m.trainer.value(key, nlohmann::json()).dump(), trainer_base[key].dump()));
+      }
+    }
+    start_step = m.trainer.value("data_position", nlohmann::json{{"next_step", m.step}})
+                     .value("next_step", int(m.step));
+    if (lead) {
+      fmt::print("resumed from {} (step {}, saved at world {} stage {})\n", m.dir, m.step,
+                 m.world_size, m.stage);
+    }
+  }
+  auto save = [&](int next_step) -> Status {
+    nlohmann::json trainer = trainer_base;
+    trainer["data_position"] = {{"next_step", next_step}};
+    ZS_ASSIGN_OR_RETURN(const std::string dir, SaveCheckpoint(*engine, comm, args.save_dir,
+                                                              trainer));
+    // stage3_gather_16bit_weights_on_model_save: SaveCheckpoint has also written the
+    // consolidated 16-bit weights into the step directory (listed in its manifest).
+    std::error_code ec;
+    const bool wrote16 = std::filesystem::exists(std::filesystem::path(dir) /
+                                                 kConsolidated16BitFile, ec);
+    if (lead) {
+      fmt::print("checkpoint {} written{}\n", dir,
+                 wrote16 ? fmt::format(" (and {})", kConsolidated16BitFile) : "");
+    }
+    return OkStatus();
+  };
   std::vector<int32_t> inputs(size_t(B * T)), targets(size_t(B * T));
   const double psi = double(grid != nullptr ? grid->model().full_numel() : gpt->spec().numel());
   if (grid != nullptr) {
@@ -261,13 +321,46 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
   }
 
   nlohmann::json steps_json = nlohmann::json::array();
+  // Held-out loss ([Note: evaluation] in zero_engine.h): the same eval_batches batches of the
+  // validation split every time, so the values compare across evaluations and splits.
+  nlohmann::json eval_json = nlohmann::json::array();
+  std::optional<BatchSampler> val_sampler;
+  BatchSplit eval_split{split.world_size, split.micro_batch, 1};
+  if (args.eval_every > 0) {
+    auto created = BatchSampler::Create(shared.corpus->val_tokens(), args.seq, args.seed + 1,
+                                        eval_split.global_batch());
+    if (!created.ok()) {
+      return created.status().WithContext(
+          fmt::format("--eval-every: the validation split ({} tokens)",
+                      shared.corpus->val_tokens().size()));
+    }
+    val_sampler.emplace(std::move(*created));
+  }
+  auto evaluate = [&](int step) -> Status {
+    ZS_RETURN_IF_ERROR(engine->BeginEvaluation());
+    double loss = 0;
+    for (int k = 0; k < args.eval_batches; ++k) {
+      ZS_RETURN_IF_ERROR(val_sampler->FillMicroBatch(k, eval_split, rank, 0, inputs, targets));
+      ZS_ASSIGN_OR_RETURN(float l, gpt->Forward(*engine, inputs, targets, B, T));
+      loss += double(l) / args.eval_batches;
+    }
+    ZS_RETURN_IF_ERROR(engine->EndEvaluation());
+    ZS_ASSIGN_OR_RETURN(const double mean, engine->AllReduceMean(loss));
+    eval_json.push_back({{"step", step}, {"loss", mean}});
+    if (lead) {
+      fmt::print("eval  {:5d}  held-out loss {:.4f}  ({} batches x {} sequences)\n", step, mean,
+                 args.eval_batches, eval_split.global_batch());
+      std::fflush(stdout);
+    }
+    return OkStatus();
+  };
   StepTimes last_times;
   double last_compute_seconds = 0.0;  // the last step's forward and backward (rank 0)
   double step_seconds_total = 0.0, optimizer_seconds_total = 0.0;
   std::vector<double> losses, times;
   const double tokens_per_step = double(split.global_batch() * T);
   auto run_start = std::chrono::steady_clock::now();
-  for (int step = 0; step < args.steps; ++step) {
+  for (int step = start_step; step < args.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     StepResult result;
     double mean_loss = 0;
@@ -334,6 +427,13 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
             result.skipped ? "  (overflow: skipped)" : "", tokens_per_step / seconds, memory);
         std::fflush(stdout);
       }
+    }
+    if (args.eval_every > 0 && (step + 1) % args.eval_every == 0) {
+      ZS_RETURN_IF_ERROR(evaluate(step));
+    }
+    if (!args.save_dir.empty() &&
+        ((args.save_every > 0 && (step + 1) % args.save_every == 0) || step + 1 == args.steps)) {
+      ZS_RETURN_IF_ERROR(save(step + 1));
     }
   }
   const double total_seconds =
@@ -433,8 +533,9 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
         g.gathers, g.prefetch_hits, g.demand_gathers, g.reuse_hits, g.trace_invalidations,
         g.peak_live_elements);
   }
+  if (losses.empty()) losses.push_back(std::nan(""));  // resumed at --steps: nothing to train
   fmt::print("loss {:.4f} -> {:.4f} in {} steps, {:.1f} s; master digest {:016x}\n", losses.front(),
-             losses.back(), args.steps, total_seconds, digest);
+             losses.back(), args.steps - start_step, total_seconds, digest);
 
   if (!args.report.empty()) {
     nlohmann::json report;
@@ -454,6 +555,7 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
     report["losses"] = losses;
     report["step_seconds"] = times;
     report["steps"] = steps_json;
+    report["eval"] = eval_json;
     report["tokens_per_second"] = tokens_per_step * args.steps / total_seconds;
     report["master_digest"] = fmt::format("{:016x}", digest);
     nlohmann::json mem = nlohmann::json::array();
@@ -470,7 +572,10 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
                         {"demand_gathers", g.demand_gathers},
                         {"reuse_hits", g.reuse_hits},
                         {"trace_invalidations", g.trace_invalidations},
-                        {"peak_live_elements", g.peak_live_elements}};
+                        {"peak_live_elements", g.peak_live_elements},
+                        {"eval_passes", g.eval_passes},
+                        {"eval_gathers", g.eval_gathers},
+                        {"eval_prefetch_hits", g.eval_prefetch_hits}};
     report["offload"] = {{"optimizer_tier", offload.optimizer_tier},
                          {"parameter_tier", offload.parameter_tier},
                          {"io_backend", offload.io_backend},
@@ -525,8 +630,20 @@ int main(int argc, char** argv) {
   app.add_option("--stage", args.stage, "ZeRO stage (overrides zero_optimization.stage)")
       ->check(CLI::Range(0, 3));
   app.add_option("--report", args.report, "write a JSON report here");
+  app.add_option("--save-dir", args.save_dir,
+                 "write checkpoints to DIR/step-N (every --save-every steps and at the end)");
+  app.add_option("--save-every", args.save_every, "checkpoint every N steps (0: at the end)")
+      ->check(CLI::Range(0, 10'000'000));
+  app.add_option("--resume", args.resume,
+                 "continue from a checkpoint (a step directory, or a --save-dir's latest)");
   app.add_option("--print-every", args.print_every, "progress line every N steps")
       ->check(CLI::Range(1, 1 << 30));
+  app.add_option("--eval-every", args.eval_every,
+                 "report a held-out loss (validation split, forward only) every N steps; 0 never")
+      ->check(CLI::Range(0, 1 << 30));
+  app.add_option("--eval-batches", args.eval_batches,
+                 "held-out batches (of the global batch size) per evaluation")
+      ->check(CLI::Range(1, 1 << 20));
   app.add_option("--device", args.device, "device of each rank: cpu or budgeted-cpu:SIZE");
   app.add_option("--nvme-path", args.nvme_path,
                  "directory for NVMe offload files (overrides the config's nvme_path keys)")
@@ -565,6 +682,13 @@ int main(int argc, char** argv) {
                  "write a Chrome/Perfetto trace per rank (FILE.json -> FILE.rank<r>.json)");
   CLI11_PARSE(app, argc, argv);
 
+  if (args.eval_every > 0 && args.grid()) {
+    fmt::print(stderr,
+               "train_gpt: --eval-every needs a data-parallel run; it is not supported with "
+               "--tp, --pp, --schedule, --virtual-stages, --sequence-parallel, --recompute or "
+               "--experts (GridGpt has no forward-only path yet)\n");
+    return 2;
+  }
   if (!args.config_path.empty()) {
     auto config = LoadEngineConfig(args.config_path);
     if (!config.ok()) {

@@ -21,6 +21,7 @@
 
 #include "optimizers/lr_schedule.h"
 #include "runtime/base/edit_distance.h"
+#include "runtime/engine/auto_values.h"
 #include "runtime/engine/param_groups_json.h"
 
 namespace zs {
@@ -182,6 +183,57 @@ KeyDecl NumberKey(std::string path, Get get, Interval range, std::string descrip
     return std::nullopt;
   };
   key.write = [get](const EngineConfig& c) { return Json(get(const_cast<EngineConfig&>(c))); };
+  return key;
+}
+
+// A number that may be left unset (std::optional): null in EngineConfigToJson's output is
+// skipped there, so an unset key round-trips as absent.
+template <typename Get>
+KeyDecl OptionalNumberKey(std::string path, Get get, Interval range, std::string description) {
+  static_assert(std::is_same_v<FieldOf<Get>, std::optional<double>>);
+  KeyDecl key;
+  key.info = {std::move(path), "number", "", range.Text() + " or null", std::move(description)};
+  key.read = [get, range](const Json& value, EngineConfig& c) -> std::optional<std::string> {
+    if (value.is_null()) {
+      get(c).reset();
+      return std::nullopt;
+    }
+    if (!value.is_number()) return fmt::format("expected a number, {}", Got(value));
+    double v = value.get<double>();
+    if (!range.Contains(v)) return fmt::format("{} is out of range", Shown(value));
+    get(c) = v;
+    return std::nullopt;
+  };
+  key.write = [get](const EngineConfig& c) {
+    const std::optional<double>& v = get(const_cast<EngineConfig&>(c));
+    return v ? Json(*v) : Json(nullptr);
+  };
+  return key;
+}
+
+// An integer >= lo that may be left unset (as OptionalNumberKey).
+template <typename Get>
+KeyDecl OptionalIntKey(std::string path, Get get, int64_t lo, std::string description) {
+  static_assert(std::is_same_v<FieldOf<Get>, std::optional<int64_t>>);
+  KeyDecl key;
+  key.info = {std::move(path), "integer", "", IntRangeText(lo, kNoMax) + " or null",
+              std::move(description)};
+  key.read = [get, lo](const Json& value, EngineConfig& c) -> std::optional<std::string> {
+    if (value.is_null()) {
+      get(c).reset();
+      return std::nullopt;
+    }
+    std::string why;
+    std::optional<int64_t> v = AsInteger(value, &why);
+    if (!v) return why;
+    if (*v < lo) return fmt::format("{} is out of range", *v);
+    get(c) = *v;
+    return std::nullopt;
+  };
+  key.write = [get](const EngineConfig& c) {
+    const std::optional<int64_t>& v = get(const_cast<EngineConfig&>(c));
+    return v ? Json(*v) : Json(nullptr);
+  };
   return key;
 }
 
@@ -381,6 +433,30 @@ const std::vector<KeyDecl>& Keys() {
         IgnoredBoolKey("wall_clock_breakdown", "DeepSpeed timing printout; accepted and ignored"));
     k->push_back(IgnoredBoolKey("zero_allow_untested_optimizer",
                                 "DeepSpeed permission flag; accepted and ignored"));
+    k->push_back(IgnoredBoolKey("zero_force_ds_cpu_optimizer",
+                                "DeepSpeed's choice of its CPU Adam; the CPU kernels here always"));
+    k->push_back(IgnoredBoolKey("memory_breakdown",
+                                "DeepSpeed memory printout; the tracker reports memory always"));
+    k->push_back(IgnoredBoolKey("dump_state", "DeepSpeed state printout; accepted and ignored"));
+    k->push_back(IgnoredBoolKey("prescale_gradients",
+                                "DeepSpeed divides before or after the sum; the averaged gradient "
+                                "is the same up to rounding, divided once after the sum here"));
+    k->push_back(IgnoredBoolKey("zero_optimization.allgather_partitions",
+                                "all-gather (true) or broadcast (false) the updated partitions: "
+                                "the same parameters; all-gathered here"));
+    k->push_back(IgnoredBoolKey("zero_optimization.round_robin_gradients",
+                                "DeepSpeed's order of offloaded gradient copies: the same values"));
+    k->push_back(IgnoredBoolKey("zero_optimization.elastic_checkpoint",
+                                "DeepSpeed's checkpoint layout; runtime/checkpoint reshards always"));
+    k->push_back(IgnoredBoolKey("zero_optimization.load_from_fp32_weights",
+                                "DeepSpeed loads the fp32 masters on resume; so does a "
+                                "runtime/checkpoint load"));
+    k->push_back(IgnoredBoolKey("zero_optimization.memory_efficient_linear",
+                                "DeepSpeed's stage-3 linear that frees its input early: the same "
+                                "values"));
+    k->push_back(IgnoredBoolKey("zero_optimization.ignore_unused_parameters",
+                                "DeepSpeed (default true) tolerates parameters without gradient "
+                                "at stage 3; here a unit unused in a micro-batch is an error"));
     // zero_optimization.
     k->push_back(IntKey("zero_optimization.stage", ZS_FIELD(zero_optimization.stage), 0, 3,
                         "ZeRO stage: 0 = replicated, 1 = shard optimizer states, 2 = also "
@@ -413,6 +489,11 @@ const std::vector<KeyDecl>& Keys() {
     k->push_back(SizeKey("zero_optimization.stage3_param_persistence_threshold",
                          ZS_FIELD(zero_optimization.stage3_param_persistence_threshold), 0,
                          "stage 3: units with fewer elements stay gathered"));
+    k->push_back(BoolKey("zero_optimization.stage3_gather_16bit_weights_on_model_save",
+                         ZS_FIELD(zero_optimization.stage3_gather_16bit_weights_on_model_save),
+                         "stage 3: a model save gathers the sharded weights and also writes them "
+                         "as one 16-bit safetensors file (Save16BitModel); old spelling "
+                         "stage3_gather_fp16_weights_on_model_save"));
     k->push_back(SizeKey("zero_optimization.sub_group_size",
                          ZS_FIELD(zero_optimization.sub_group_size), 1,
                          "offload_optimizer: optimizer elements stepped at once (rounded down to "
@@ -457,8 +538,9 @@ const std::vector<KeyDecl>& Keys() {
                           {"Adagrad", OptimizerType::kAdagrad},
                           {"Lion", OptimizerType::kLion}},
                          true,
-                         "AdamW: decoupled weight decay; Adam: weight decay added to the "
-                         "gradient (L2); SGD with optional (Nesterov) momentum; Adagrad; Lion"));
+                         "AdamW: decoupled weight decay; Adam: the same, or weight decay "
+                         "added to the gradient (L2) with adam_w_mode false, as DeepSpeed; SGD "
+                         "with optional (Nesterov) momentum; Adagrad; Lion"));
     k->push_back(NumberKey("optimizer.params.lr", ZS_FIELD(optimizer.lr), {0.0, false},
                            "learning rate (the scheduler's base when scheduler.type is none)"));
     k->push_back(BetasKey());
@@ -466,7 +548,17 @@ const std::vector<KeyDecl>& Keys() {
                            "added to the denominator for numerical stability"));
     k->push_back(NumberKey("optimizer.params.weight_decay", ZS_FIELD(optimizer.weight_decay),
                            {0.0, true},
-                           "weight decay, applied only to parameters whose spec asks for it"));
+                           "weight decay, applied only to parameters whose spec asks for it "
+                           "(DeepSpeed's default 0; 0.01 with torch_adam and AdamW, as torch)"));
+    k->push_back(BoolKey("optimizer.params.adam_w_mode", ZS_FIELD(optimizer.adam_w_mode),
+                         "Adam: decoupled weight decay (true, DeepSpeed's default) or L2 "
+                         "(false); AdamW always decouples"));
+    k->push_back(BoolKey("optimizer.params.torch_adam", ZS_FIELD(optimizer.torch_adam),
+                         "Adam, AdamW: DeepSpeed's choice of torch's implementation; the same "
+                         "update here (weight_decay then defaults to torch AdamW's 0.01)"));
+    k->push_back(BoolKey("optimizer.params.bias_correction",
+                         ZS_FIELD(optimizer.bias_correction),
+                         "Adam, AdamW: Adam's bias correction (false: not implemented)"));
     k->push_back(NumberKey("optimizer.params.momentum", ZS_FIELD(optimizer.momentum),
                            {0.0, true, 1.0, false}, "SGD: momentum factor (0 = plain SGD)"));
     k->push_back(BoolKey("optimizer.params.nesterov", ZS_FIELD(optimizer.nesterov),
@@ -474,25 +566,85 @@ const std::vector<KeyDecl>& Keys() {
     k->push_back(NumberKey("optimizer.params.initial_accumulator_value",
                            ZS_FIELD(optimizer.initial_accumulator_value), {0.0, true},
                            "Adagrad: the starting value of the sum of squared gradients"));
-    // scheduler.
+    // scheduler: DeepSpeed's classes and parameters (optimizers/lr_schedule.h).
     k->push_back(EnumKey("scheduler.type", ZS_FIELD(scheduler.type),
                          {{"none", SchedulerType::kNone},
                           {"WarmupLR", SchedulerType::kWarmupLR},
-                          {"WarmupCosineLR", SchedulerType::kWarmupCosineLR}},
-                         false, "learning-rate schedule (formulas below)"));
+                          {"WarmupDecayLR", SchedulerType::kWarmupDecayLR},
+                          {"WarmupCosineLR", SchedulerType::kWarmupCosineLR},
+                          {"OneCycle", SchedulerType::kOneCycle},
+                          {"LRRangeTest", SchedulerType::kLRRangeTest}},
+                         false, "learning-rate schedule, as DeepSpeed's (optimizers/lr_schedule.h)"));
     k->push_back(NumberKey("scheduler.params.warmup_min_lr", ZS_FIELD(scheduler.warmup_min_lr),
-                           {0.0, true}, "learning rate at step 0; at most warmup_max_lr"));
-    k->push_back(NumberKey("scheduler.params.warmup_max_lr", ZS_FIELD(scheduler.warmup_max_lr),
-                           {0.0, false}, "learning rate at the end of the warm-up"));
+                           {0.0, true}, "WarmupLR, WarmupDecayLR: learning rate at the start"));
+    k->push_back(OptionalNumberKey("scheduler.params.warmup_max_lr",
+                                   ZS_FIELD(scheduler.warmup_max_lr), {0.0, true},
+                                   "WarmupLR, WarmupDecayLR: learning rate at the end of the "
+                                   "warm-up (null: optimizer.params.lr)"));
     k->push_back(IntKey("scheduler.params.warmup_num_steps", ZS_FIELD(scheduler.warmup_num_steps),
-                        0, kNoMax, "optimizer steps of linear warm-up"));
+                        1, kNoMax, "steps of warm-up (DeepSpeed uses at least 2)"));
+    k->push_back(EnumKey("scheduler.params.warmup_type", ZS_FIELD(scheduler.warmup_type),
+                         {{"log", WarmupType::kLog}, {"linear", WarmupType::kLinear}}, false,
+                         "WarmupLR, WarmupDecayLR, WarmupCosineLR: the warm-up's curve"));
     k->push_back(IntKey("scheduler.params.total_num_steps", ZS_FIELD(scheduler.total_num_steps), 1,
                         kNoMax,
-                        "WarmupCosineLR: step where the cosine reaches its minimum; at least "
-                        "warmup_num_steps"));
+                        "WarmupDecayLR, WarmupCosineLR (required): the step where the decay "
+                        "ends"));
+    k->push_back(NumberKey("scheduler.params.warmup_min_ratio",
+                           ZS_FIELD(scheduler.warmup_min_ratio), {0.0, true, 1.0, true},
+                           "WarmupCosineLR: starting learning rate over optimizer.params.lr"));
     k->push_back(NumberKey("scheduler.params.cos_min_ratio", ZS_FIELD(scheduler.cos_min_ratio),
                            {0.0, true, 1.0, true},
-                           "WarmupCosineLR: final learning rate as a fraction of warmup_max_lr"));
+                           "WarmupCosineLR: final learning rate over optimizer.params.lr"));
+    k->push_back(NumberKey("scheduler.params.cycle_min_lr", ZS_FIELD(scheduler.cycle_min_lr),
+                           {0.0, true}, "OneCycle (required): the cycle's lowest learning rate"));
+    k->push_back(NumberKey("scheduler.params.cycle_max_lr", ZS_FIELD(scheduler.cycle_max_lr),
+                           {0.0, true}, "OneCycle (required): the cycle's highest learning rate"));
+    k->push_back(NumberKey("scheduler.params.decay_lr_rate", ZS_FIELD(scheduler.decay_lr_rate),
+                           {0.0, true}, "OneCycle: learning-rate decay after the cycle"));
+    k->push_back(NumberKey("scheduler.params.cycle_first_step_size",
+                           ZS_FIELD(scheduler.cycle_first_step_size), {0.0, false},
+                           "OneCycle: steps of the rising half"));
+    k->push_back(OptionalNumberKey("scheduler.params.cycle_second_step_size",
+                                   ZS_FIELD(scheduler.cycle_second_step_size), {0.0, true},
+                                   "OneCycle: steps of the falling half (null: "
+                                   "cycle_first_step_size)"));
+    k->push_back(IntKey("scheduler.params.cycle_first_stair_count",
+                        ZS_FIELD(scheduler.cycle_first_stair_count), 0, kNoMax,
+                        "OneCycle: stairs of the rising half (0: continuous)"));
+    k->push_back(OptionalIntKey("scheduler.params.cycle_second_stair_count",
+                                ZS_FIELD(scheduler.cycle_second_stair_count), 0,
+                                "OneCycle: stairs of the falling half (null: "
+                                "cycle_first_stair_count)"));
+    k->push_back(NumberKey("scheduler.params.decay_step_size", ZS_FIELD(scheduler.decay_step_size),
+                           {0.0, true}, "OneCycle: steps per decay interval (0: no decay)"));
+    k->push_back(BoolKey("scheduler.params.cycle_momentum", ZS_FIELD(scheduler.cycle_momentum),
+                         "OneCycle: cycle beta1 against the learning rate, beta2 set to 0.99 "
+                         "(optimizers with betas)"));
+    k->push_back(NumberKey("scheduler.params.cycle_min_mom", ZS_FIELD(scheduler.cycle_min_mom),
+                           {0.0, true, 1.0, false}, "OneCycle: lowest beta1"));
+    k->push_back(NumberKey("scheduler.params.cycle_max_mom", ZS_FIELD(scheduler.cycle_max_mom),
+                           {0.0, true, 1.0, false}, "OneCycle: highest beta1"));
+    k->push_back(NumberKey("scheduler.params.decay_mom_rate", ZS_FIELD(scheduler.decay_mom_rate),
+                           {0.0, true}, "OneCycle: beta1 growth after the cycle"));
+    k->push_back(NumberKey("scheduler.params.lr_range_test_min_lr",
+                           ZS_FIELD(scheduler.lr_range_test_min_lr), {0.0, false},
+                           "LRRangeTest: the starting learning rate"));
+    k->push_back(NumberKey("scheduler.params.lr_range_test_step_size",
+                           ZS_FIELD(scheduler.lr_range_test_step_size), {0.0, false},
+                           "LRRangeTest: steps per increase"));
+    k->push_back(NumberKey("scheduler.params.lr_range_test_step_rate",
+                           ZS_FIELD(scheduler.lr_range_test_step_rate), {0.0, true},
+                           "LRRangeTest: increase per step_size steps, as a multiple of the "
+                           "starting learning rate"));
+    k->push_back(BoolKey("scheduler.params.lr_range_test_staircase",
+                         ZS_FIELD(scheduler.lr_range_test_staircase),
+                         "LRRangeTest: increase in stairs instead of continuously"));
+    k->push_back(IntKey("scheduler.params.last_batch_iteration",
+                        ZS_FIELD(scheduler.last_batch_iteration), -1, -1,
+                        "DeepSpeed's resume position: only -1 (not implemented otherwise; a "
+                        "resumed run restores the step, which positions the schedule)"));
+    k->back().info.allowed = "-1 (other values: not implemented)";
     // zerostack.
     k->push_back(IntKey("zerostack.comm_timeout_ms", ZS_FIELD(zerostack.comm_timeout_ms), 1, kNoMax,
                         "deadline of every collective, in milliseconds"));
@@ -559,19 +711,33 @@ std::string LastComponent(const std::string& path) {
   return dot == std::string::npos ? path : path.substr(dot + 1);
 }
 
-// The known key or section closest to an unknown path, or "" if none is close.
+// The known key or section closest to an unknown path, or "" if none is close. Only a near
+// miss is suggested, never another concept: the same name in another section ("lr" ->
+// "optimizer.params.lr"), or within the same section a name a few typos away (at most a
+// quarter of its letters, at least 1) or the unknown name's longer or shorter form by at most
+// 5 letters ("stage3_prefetch_bucket" -> "stage3_prefetch_bucket_size"; "offload" is not
+// "offload_optimizer", it may be "offload_param").
 std::string ClosestKnown(const std::string& path) {
   std::vector<std::string> known(std::begin(kSections), std::end(kSections));
   for (const KeyDecl& key : Keys()) known.push_back(key.info.path);
-  // The same key name in another section ("lr" -> "optimizer.params.lr").
-  std::string last = LastComponent(path);
+  const std::string last = LastComponent(path);
   for (const std::string& k : known) {
     if (k != path && LastComponent(k) == last) return k;
   }
+  auto section = [](const std::string& p) {
+    size_t dot = p.rfind('.');
+    return dot == std::string::npos ? std::string() : p.substr(0, dot);
+  };
   std::string best;
-  size_t best_distance = std::max<size_t>(2, path.size() / 3) + 1;
+  size_t best_distance = std::max<size_t>(1, last.size() / 4) + 1;
   for (const std::string& k : known) {
-    size_t d = EditDistance(path, k);
+    if (section(k) != section(path)) continue;
+    const std::string name = LastComponent(k);
+    const size_t shorter = std::min(name.size(), last.size());
+    const size_t longer = std::max(name.size(), last.size());
+    const bool prefix = shorter >= 6 && longer - shorter <= 5 &&
+                        (name.starts_with(last) || last.starts_with(name));
+    const size_t d = prefix ? 0 : EditDistance(last, name);
     if (d < best_distance) {
       best_distance = d;
       best = k;
@@ -580,12 +746,17 @@ std::string ClosestKnown(const std::string& path) {
   return best;
 }
 
+constexpr const char* kOld16BitSaveKey = "stage3_gather_fp16_weights_on_model_save";
+
 Status ReadSection(const Json& object, const std::string& path, const std::string& shown_path,
                    EngineConfig& config) {
   for (const auto& [name, value] : object.items()) {
     std::string key_path = path.empty() ? name : path + "." + name;
     std::string shown = shown_path.empty() ? name : shown_path + "." + name;
     if (path.empty() && name == "bfloat16") key_path = "bf16";  // DeepSpeed's alias
+    if (path == "zero_optimization" && name == kOld16BitSaveKey) {  // DeepSpeed's old spelling
+      key_path = "zero_optimization.stage3_gather_16bit_weights_on_model_save";
+    }
     const KeyDecl* key = FindKey(key_path);
     if (key == nullptr && !IsSection(key_path)) {
       std::string closest = ClosestKnown(key_path);
@@ -658,19 +829,339 @@ class DuplicateKeyFinder {
   std::string* duplicate_;
 };
 
+// DeepSpeed with torch_adam builds torch.optim.AdamW (for "AdamW", or "Adam" in adam_w_mode)
+// from the given params, so an absent weight_decay takes torch's default, 0.01, not the fused
+// Adam's 0.
+void ApplyTorchAdamDefaults(const Json& root, EngineConfig& config) {
+  const OptimizerConfig& o = config.optimizer;
+  const bool torch_adamw = o.torch_adam && (o.type == OptimizerType::kAdamW ||
+                                            (o.type == OptimizerType::kAdam && o.adam_w_mode));
+  if (!torch_adamw) return;
+  const Json::json_pointer given("/optimizer/params/weight_decay");
+  if (!root.contains(given)) config.optimizer.weight_decay = 0.01;
+}
+
+// [Note: DeepSpeed's other keys] What DeepSpeed accepts beyond the key table: monitoring
+// sections that do not change training are accepted and ignored; features that would change it
+// and are not built are refused as "not implemented", naming the feature (never "unknown
+// key"); the old spellings of offload map as DeepSpeed maps them.
+struct DeepSpeedFeature {
+  const char* path;     // a section or key, dotted
+  const char* feature;  // what it is, for the error; nullptr = accepted and ignored
+};
+
+constexpr DeepSpeedFeature kDeepSpeedFeatures[] = {
+    {"tensorboard", nullptr},
+    {"wandb", nullptr},
+    {"csv_monitor", nullptr},
+    {"comet", nullptr},
+    {"flops_profiler", nullptr},
+    {"comms_logger", nullptr},
+    {"activation_checkpointing",
+     "activation checkpointing from the config (train_gpt --recompute recomputes per unit)"},
+    {"sparse_attention", "sparse attention"},
+    {"pipeline", "DeepSpeed's pipeline engine settings (train_gpt --pp and --schedule run "
+                 "pipelines)"},
+    {"amp", "NVIDIA Apex AMP"},
+    {"torch_autocast", "torch autocast"},
+    {"compression_training", "compression training"},
+    {"data_efficiency", "data efficiency (curriculum learning, random-LTD)"},
+    {"curriculum_learning", "curriculum learning"},
+    {"eigenvalue", "eigenvalue computation"},
+    {"progressive_layer_drop", "progressive layer drop"},
+    {"elasticity", "elastic training"},
+    {"autotuning", "the autotuner"},
+    {"data_types", "gradient accumulation in another dtype (data_types.grad_accum_dtype)"},
+    {"communication_data_type", "communication in another dtype"},
+    {"seq_parallel_communication_data_type", "sequence-parallel communication dtype"},
+    {"gradient_allreduce_op", "a gradient reduction other than the mean"},
+    {"sparse_gradients", "sparse gradients"},
+    {"zero_optimization.zero_hpz_partition_size", "ZeRO++ hierarchical partitioning (hpZ)"},
+    {"zero_optimization.zero_quantized_weights", "ZeRO++ quantized weights (qwZ)"},
+    {"zero_optimization.zero_quantized_nontrainable_weights", "ZeRO++ quantized weights"},
+    {"zero_optimization.zero_quantized_gradients", "ZeRO++ quantized gradients (qgZ)"},
+    {"zero_optimization.mics_shard_size", "MiCS sharding"},
+    {"zero_optimization.mics_hierarchical_params_gather", "MiCS sharding"},
+    {"zero_optimization.legacy_stage1", "DeepSpeed's legacy stage 1"},
+    {"zero_optimization.offload_optimizer.ratio", "partial optimizer offload (ratio)"},
+    {"zero_optimization.offload_optimizer.fast_init", "fast_init of NVMe offload"},
+    {"fp16.consecutive_hysteresis", "the loss scaler's consecutive hysteresis"},
+    {"fp16.auto_cast", "casting the model's inputs to fp16 (fp16.auto_cast)"},
+    {"bf16.immediate_grad_update", "bf16 immediate gradient update"},
+    {"fp16.fp16_master_weights_and_grads", "fp16 master weights and gradients"},
+    {"hybrid_engine", "DeepSpeed-Chat's hybrid engine (inference kernels in training)"},
+};
+
+// DeepSpeed's optimizers that are not built (optimizer.type, any case).
+constexpr const char* kOptimizersNotBuilt[] = {"Lamb",      "OneBitAdam", "ZeroOneAdam",
+                                               "OneBitLamb", "Muon",      "MuAdam",
+                                               "MuAdamW",   "MuSGD",      "Adafactor"};
+
+// Values that mean "off" in DeepSpeed for a feature key: accepted as no-ops.
+bool IsOff(const Json& value) {
+  if (value.is_null()) return true;
+  if (value.is_boolean()) return !value.get<bool>();
+  if (value.is_object()) {
+    auto enabled = value.find("enabled");
+    return enabled != value.end() && enabled->is_boolean() && !enabled->get<bool>();
+  }
+  return false;
+}
+
+Status ApplyDeepSpeedFeatures(Json& root) {
+  for (const DeepSpeedFeature& f : kDeepSpeedFeatures) {
+    std::string pointer = "/" + std::string(f.path);
+    std::replace(pointer.begin(), pointer.end(), '.', '/');
+    const Json::json_pointer at(pointer);
+    if (!root.contains(at)) continue;
+    const std::string path(f.path);
+    const Json& value = root.at(at);
+    const bool off = IsOff(value) ||
+                     (path == "zero_optimization.zero_hpz_partition_size" && value == Json(1)) ||
+                     (path == "zero_optimization.mics_shard_size" && value == Json(-1)) ||
+                     (path == "gradient_allreduce_op" && value == Json("mean")) ||
+                     (path == "communication_data_type" && value == Json("fp32"));
+    if (f.feature != nullptr && !off) {
+      return InvalidArgumentError(fmt::format("{}: not implemented in zerostack ({}); remove the "
+                                              "key or turn it off",
+                                              path, f.feature));
+    }
+    root.at(at.parent_pointer()).erase(at.back());  // accepted: monitoring, or off
+  }
+  if (const Json::json_pointer type("/optimizer/type");
+      root.contains(type) && root.at(type).is_string()) {
+    const std::string name = root.at(type).get<std::string>();
+    for (const char* not_built : kOptimizersNotBuilt) {
+      if (Lower(name) == Lower(not_built)) {
+        return InvalidArgumentError(fmt::format(
+            "optimizer.type: \"{}\" is not implemented in zerostack (its optimizers: AdamW, "
+            "Adam, SGD, Adagrad, Lion)",
+            name));
+      }
+    }
+  }
+  if (auto it = root.find("gradient_predivide_factor"); it != root.end()) {
+    if (!it->is_number() || !(it->get<double>() > 0)) {
+      return InvalidArgumentError(fmt::format(
+          "gradient_predivide_factor: expected a number > 0, {}; allowed: > 0 (accepted, no "
+          "effect: the averaged gradient is the same up to rounding)",
+          Got(*it)));
+    }
+    root.erase(it);
+  }
+  // The old offload spellings, as DeepSpeed maps them: cpu_offload -> offload_optimizer on
+  // the CPU, cpu_offload_params -> offload_param on the CPU, cpu_offload_use_pin_memory -> their
+  // pin_memory.
+  auto zero = root.find("zero_optimization");
+  if (zero == root.end() || !zero->is_object()) return OkStatus();
+  const bool pin = zero->contains("cpu_offload_use_pin_memory") &&
+                   (*zero)["cpu_offload_use_pin_memory"].is_boolean() &&
+                   (*zero)["cpu_offload_use_pin_memory"].get<bool>();
+  for (const auto& [old_key, new_key] : {std::pair<const char*, const char*>{
+                                             "cpu_offload", "offload_optimizer"},
+                                         {"cpu_offload_params", "offload_param"}}) {
+    auto it = zero->find(old_key);
+    if (it == zero->end()) continue;
+    if (!it->is_boolean()) {
+      return InvalidArgumentError(fmt::format(
+          "zero_optimization.{}: expected a JSON boolean (true or false), {}", old_key,
+          Got(*it)));
+    }
+    const bool on = it->get<bool>();
+    zero->erase(it);
+    if (!on) continue;
+    if (zero->contains(new_key)) {
+      return InvalidArgumentError(fmt::format(
+          "both \"zero_optimization.{}\" and its old spelling \"zero_optimization.{}\" are given; "
+          "use {}",
+          new_key, old_key, new_key));
+    }
+    (*zero)[new_key] = Json{{"device", "cpu"}, {"pin_memory", pin}};
+  }
+  if (auto it = zero->find("cpu_offload_use_pin_memory"); it != zero->end()) {
+    if (!it->is_boolean()) {
+      return InvalidArgumentError(fmt::format(
+          "zero_optimization.cpu_offload_use_pin_memory: expected a JSON boolean (true or "
+          "false), {}",
+          Got(*it)));
+    }
+    zero->erase(it);
+  }
+  return OkStatus();
+}
+
+// [Note: bounded input] A config is a few levels of objects; a text nested deeper is refused
+// before the JSON parser sees it, whose recursion (and the duplicate-key finder's path per
+// level) would otherwise grow with the depth: 100,000 nested '[' overflowed the stack.
+constexpr int kMaxConfigNesting = 32;
+
+Status CheckNesting(std::string_view text) {
+  int depth = 0, line = 1, column = 0;
+  bool in_string = false, escaped = false;
+  for (char ch : text) {
+    ++column;
+    if (ch == '\n') {
+      ++line;
+      column = 0;
+    }
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (ch == '\\') {
+        escaped = true;
+      } else if (ch == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (ch == '"') {
+      in_string = true;
+    } else if (ch == '[' || ch == '{') {
+      if (++depth > kMaxConfigNesting) {
+        return InvalidArgumentError(fmt::format(
+            "the config nests objects and arrays more than {} levels deep (line {}, column "
+            "{}); a DeepSpeed config needs a few",
+            kMaxConfigNesting, line, column));
+      }
+    } else if (ch == ']' || ch == '}') {
+      --depth;
+    }
+  }
+  return OkStatus();
+}
+
+std::string SchedulerTypeName(SchedulerType type) {
+  for (const KeyDecl& key : Keys()) {
+    if (key.info.path == "scheduler.type") {
+      EngineConfig c;
+      c.scheduler.type = type;
+      return key.write(c).get<std::string>();
+    }
+  }
+  return "?";
+}
+
+// [Note: one class, its parameters] DeepSpeed passes scheduler.params to the class's
+// constructor as keyword arguments, so a parameter of another class is refused there and a
+// required one must be given; the same here, before any default could stand in for it.
+Status CheckSchedulerParams(const Json& root, SchedulerType type) {
+  const auto scheduler = root.find("scheduler");
+  if (scheduler == root.end() || !scheduler->is_object()) return OkStatus();
+  const std::vector<std::string>& names = SchedulerParamNames(type);
+  const auto params = scheduler->find("params");
+  std::set<std::string> given;
+  if (params != scheduler->end() && params->is_object()) {
+    for (const auto& [name, value] : params->items()) {
+      if (std::find(names.begin(), names.end(), name) == names.end()) {
+        return InvalidArgumentError(fmt::format(
+            "scheduler.params.{}: not a parameter of scheduler.type \"{}\"; it takes {}", name,
+            SchedulerTypeName(type),
+            names.empty() ? std::string("none") : fmt::format("{}", fmt::join(names, ", "))));
+      }
+      given.insert(name);
+    }
+  }
+  for (const std::string& name : SchedulerRequiredParams(type)) {
+    if (given.count(name) == 0) {
+      return InvalidArgumentError(fmt::format(
+          "scheduler.params.{}: required by scheduler.type \"{}\" (DeepSpeed has no default "
+          "for it)", name, SchedulerTypeName(type)));
+    }
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 std::unique_ptr<LrSchedule> MakeLrSchedule(const SchedulerConfig& s, double base_lr) {
+  const double max_lr = s.warmup_max_lr.value_or(base_lr);
   switch (s.type) {
     case SchedulerType::kNone:
       return std::make_unique<ConstantLr>(base_lr);
     case SchedulerType::kWarmupLR:
-      return std::make_unique<LinearWarmupLr>(s.warmup_min_lr, s.warmup_max_lr, s.warmup_num_steps);
+      return std::make_unique<WarmupLr>(s.warmup_min_lr, max_lr, s.warmup_num_steps,
+                                        s.warmup_type);
+    case SchedulerType::kWarmupDecayLR:
+      return std::make_unique<WarmupDecayLr>(s.total_num_steps, s.warmup_min_lr, max_lr,
+                                             s.warmup_num_steps, s.warmup_type);
     case SchedulerType::kWarmupCosineLR:
-      return std::make_unique<WarmupCosineLr>(s.warmup_min_lr, s.warmup_max_lr, s.warmup_num_steps,
-                                              s.total_num_steps, s.cos_min_ratio);
+      return std::make_unique<WarmupCosineLr>(base_lr, s.total_num_steps, s.warmup_min_ratio,
+                                              s.warmup_num_steps, s.cos_min_ratio,
+                                              s.warmup_type);
+    case SchedulerType::kOneCycle: {
+      OneCycleParams p;
+      p.cycle_min_lr = s.cycle_min_lr;
+      p.cycle_max_lr = s.cycle_max_lr;
+      p.decay_lr_rate = s.decay_lr_rate;
+      p.first_step_size = s.cycle_first_step_size;
+      p.second_step_size = s.cycle_second_step_size.value_or(s.cycle_first_step_size);
+      p.first_stair_count = s.cycle_first_stair_count;
+      p.second_stair_count = s.cycle_second_stair_count.value_or(s.cycle_first_stair_count);
+      p.decay_step_size = s.decay_step_size;
+      p.cycle_momentum = s.cycle_momentum;
+      p.cycle_min_mom = s.cycle_min_mom;
+      p.cycle_max_mom = s.cycle_max_mom;
+      p.decay_mom_rate = s.decay_mom_rate;
+      return std::make_unique<OneCycleLr>(p);
+    }
+    case SchedulerType::kLRRangeTest:
+      return std::make_unique<LrRangeTestLr>(s.lr_range_test_min_lr, s.lr_range_test_step_size,
+                                             s.lr_range_test_step_rate,
+                                             s.lr_range_test_staircase);
   }
   return std::make_unique<ConstantLr>(base_lr);
+}
+
+const std::vector<std::string>& SchedulerParamNames(SchedulerType type) {
+  static const std::vector<std::string> kNone = {};
+  static const std::vector<std::string> kWarmup = {"warmup_min_lr", "warmup_max_lr",
+                                                   "warmup_num_steps", "warmup_type",
+                                                   "last_batch_iteration"};
+  static const std::vector<std::string> kDecay = {"total_num_steps", "warmup_min_lr",
+                                                  "warmup_max_lr",   "warmup_num_steps",
+                                                  "warmup_type",     "last_batch_iteration"};
+  static const std::vector<std::string> kCosine = {"total_num_steps", "warmup_min_ratio",
+                                                   "warmup_num_steps", "cos_min_ratio",
+                                                   "warmup_type",     "last_batch_iteration"};
+  static const std::vector<std::string> kOneCycle = {
+      "cycle_min_lr",       "cycle_max_lr",           "decay_lr_rate",
+      "cycle_first_step_size", "cycle_second_step_size", "cycle_first_stair_count",
+      "cycle_second_stair_count", "decay_step_size",   "cycle_momentum",
+      "cycle_min_mom",      "cycle_max_mom",          "decay_mom_rate",
+      "last_batch_iteration"};
+  static const std::vector<std::string> kRange = {
+      "lr_range_test_min_lr", "lr_range_test_step_size", "lr_range_test_step_rate",
+      "lr_range_test_staircase", "last_batch_iteration"};
+  switch (type) {
+    case SchedulerType::kNone:
+      return kNone;
+    case SchedulerType::kWarmupLR:
+      return kWarmup;
+    case SchedulerType::kWarmupDecayLR:
+      return kDecay;
+    case SchedulerType::kWarmupCosineLR:
+      return kCosine;
+    case SchedulerType::kOneCycle:
+      return kOneCycle;
+    case SchedulerType::kLRRangeTest:
+      return kRange;
+  }
+  return kNone;
+}
+
+const std::vector<std::string>& SchedulerRequiredParams(SchedulerType type) {
+  static const std::vector<std::string> kNone = {};
+  static const std::vector<std::string> kTotal = {"total_num_steps"};
+  static const std::vector<std::string> kCycle = {"cycle_min_lr", "cycle_max_lr"};
+  switch (type) {
+    case SchedulerType::kWarmupDecayLR:
+    case SchedulerType::kWarmupCosineLR:
+      return kTotal;
+    case SchedulerType::kOneCycle:
+      return kCycle;
+    default:
+      return kNone;
+  }
 }
 
 double SchedulerConfig::LearningRate(int64_t step, double base_lr) const {
@@ -678,13 +1169,22 @@ double SchedulerConfig::LearningRate(int64_t step, double base_lr) const {
 }
 
 StatusOr<EngineConfig> ParseEngineConfig(std::string_view json_text) {
+  return ParseEngineConfig(json_text, ProgramValues{}, nullptr);
+}
+
+StatusOr<EngineConfig> ParseEngineConfig(std::string_view json_text, const ProgramValues& program,
+                                         std::vector<AutoFill>* filled) {
+  ZS_RETURN_IF_ERROR(CheckNesting(json_text));
   Json root;
   std::string duplicate;
   try {
     root = Json::parse(json_text.begin(), json_text.end(), DuplicateKeyFinder(&duplicate));
   } catch (const Json::exception& e) {
     // e.what(): "[json.exception.parse_error.101] parse error at line 3, column 7: ..."
-    return InvalidArgumentError(fmt::format("malformed JSON: {}", e.what()));
+    // e.what() quotes the last token read, which can be the whole of a long one: bounded.
+    std::string what = e.what();
+    if (what.size() > 300) what = what.substr(0, 297) + "...";
+    return InvalidArgumentError(fmt::format("malformed JSON: {}", what));
   }
   if (!duplicate.empty()) {
     return InvalidArgumentError(fmt::format("key \"{}\" is given more than once", duplicate));
@@ -697,13 +1197,32 @@ StatusOr<EngineConfig> ParseEngineConfig(std::string_view json_text) {
     return InvalidArgumentError(
         "both \"bf16\" and its alias \"bfloat16\" are given; use one of them");
   }
+  if (const auto zero = root.find("zero_optimization");
+      zero != root.end() && zero->is_object() && zero->contains(kOld16BitSaveKey) &&
+      zero->contains("stage3_gather_16bit_weights_on_model_save")) {
+    return InvalidArgumentError(
+        "both \"zero_optimization.stage3_gather_16bit_weights_on_model_save\" and its old "
+        "spelling \"zero_optimization.stage3_gather_fp16_weights_on_model_save\" are given; use "
+        "one of them");
+  }
+  ZS_RETURN_IF_ERROR(ApplyDeepSpeedFeatures(root));
+  ZS_RETURN_IF_ERROR(internal::ResolveAutoValues(root, program, filled));
   EngineConfig config;
   ZS_RETURN_IF_ERROR(ReadSection(root, "", "", config));
+  ZS_RETURN_IF_ERROR(CheckSchedulerParams(root, config.scheduler.type));
+  ApplyTorchAdamDefaults(root, config);
+  config.batch_keys_given.micro_batch = root.contains("train_micro_batch_size_per_gpu");
+  config.batch_keys_given.accumulation_steps = root.contains("gradient_accumulation_steps");
   ZS_RETURN_IF_ERROR(config.Validate());
   return config;
 }
 
 StatusOr<EngineConfig> LoadEngineConfig(const std::string& path) {
+  return LoadEngineConfig(path, ProgramValues{}, nullptr);
+}
+
+StatusOr<EngineConfig> LoadEngineConfig(const std::string& path, const ProgramValues& program,
+                                        std::vector<AutoFill>* filled) {
   std::error_code ec;
   std::filesystem::file_status st = std::filesystem::status(path, ec);
   if (st.type() == std::filesystem::file_type::not_found) {
@@ -713,6 +1232,18 @@ StatusOr<EngineConfig> LoadEngineConfig(const std::string& path) {
   if (std::filesystem::is_directory(st)) {
     return InvalidArgumentError(fmt::format("config file {}: is a directory", path));
   }
+  // [Note: bounded input] A regular file of bounded size: a device (/dev/zero) or a pipe
+  // would be read without end.
+  if (!std::filesystem::is_regular_file(st)) {
+    return InvalidArgumentError(
+        fmt::format("config file {}: not a regular file (a device, pipe or socket)", path));
+  }
+  constexpr uintmax_t kMaxConfigBytes = uintmax_t{16} << 20;
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  if (!ec && size > kMaxConfigBytes) {
+    return InvalidArgumentError(fmt::format(
+        "config file {}: {} bytes; a config is at most {} bytes", path, size, kMaxConfigBytes));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return IoError(
@@ -721,18 +1252,28 @@ StatusOr<EngineConfig> LoadEngineConfig(const std::string& path) {
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) return IoError(fmt::format("config file {}: read failed", path));
-  StatusOr<EngineConfig> config = ParseEngineConfig(text.str());
+  StatusOr<EngineConfig> config = ParseEngineConfig(text.str(), program, filled);
   if (!config.ok()) return config.status().WithContext(fmt::format("config file {}", path));
   return config;
 }
 
 std::string EngineConfigToJson(const EngineConfig& config) {
   Json out = Json::object();
+  const std::vector<std::string>& scheduler_params = SchedulerParamNames(config.scheduler.type);
   for (const KeyDecl& key : Keys()) {
     if (!key.write) continue;
+    // Only the scheduler type's own parameters ([Note: one class, its parameters]).
+    constexpr std::string_view kParams = "scheduler.params.";
+    if (key.info.path.starts_with(kParams) &&
+        std::find(scheduler_params.begin(), scheduler_params.end(),
+                  key.info.path.substr(kParams.size())) == scheduler_params.end()) {
+      continue;
+    }
+    const Json value = key.write(config);
+    if (value.is_null()) continue;  // an unset optional key
     std::string pointer = "/" + key.info.path;
     std::replace(pointer.begin(), pointer.end(), '.', '/');
-    out[Json::json_pointer(pointer)] = key.write(config);
+    out[Json::json_pointer(pointer)] = value;
   }
   return out.dump(2);
 }

@@ -22,12 +22,14 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "optimizers/lr_schedule.h"
 #include "runtime/engine/param_group_config.h"
+#include "runtime/engine/program_values.h"
 #include "runtime/base/status.h"
 
 namespace zs {
@@ -59,6 +61,10 @@ struct ZeroConfig {
   int64_t stage3_max_live_parameters = 1'000'000'000;    // gathered elements held at once
   int64_t stage3_max_reuse_distance = 1'000'000'000;     // keep a released unit if reused within
   int64_t stage3_param_persistence_threshold = 100'000;  // units this small stay gathered
+  // Stage 3: a model save also writes the consolidated 16-bit weights (DeepSpeed's
+  // save_16bit_model; runtime/checkpoint/safetensors_export.h). Old spelling accepted:
+  // stage3_gather_fp16_weights_on_model_save.
+  bool stage3_gather_16bit_weights_on_model_save = false;
   // Elements of a rank's optimizer range stepped at once under offload (a unit larger than this
   // is stepped in sub-groups); without offload units are stepped whole.
   int64_t sub_group_size = 1'000'000'000;
@@ -104,8 +110,15 @@ struct OptimizerConfig {
   double lr = 1e-3;
   std::array<double, 2> betas = {0.9, 0.999};
   double eps = 1e-8;
-  double weight_decay = 0.01;  // applied only to parameters whose spec asks for it
-  // "Adam" with weight_decay > 0 adds decay to the gradient (L2); "AdamW" decouples it.
+  // Applied only to parameters whose spec asks for it. DeepSpeed's default (its fused and CPU
+  // Adam): 0; torch's AdamW (torch_adam) defaults to 0.01, and so does a config that asks for
+  // it without giving weight_decay.
+  double weight_decay = 0.0;
+  // DeepSpeed's Adam keys. "AdamW" always decouples the weight decay; "Adam" decouples it when
+  // adam_w_mode (DeepSpeed's default) and adds it to the gradient (L2) otherwise.
+  bool adam_w_mode = true;
+  bool torch_adam = false;       // torch's Adam/AdamW: the same update here
+  bool bias_correction = true;   // false is not implemented
   double momentum = 0.0;                  // SGD
   bool nesterov = false;                  // SGD (needs momentum > 0)
   double initial_accumulator_value = 0.0; // Adagrad
@@ -113,30 +126,57 @@ struct OptimizerConfig {
   bool operator==(const OptimizerConfig&) const = default;
 };
 
-// The learning rate at optimizer step s (0-based), with W = warmup_num_steps,
-// T = total_num_steps, lo = warmup_min_lr, hi = warmup_max_lr, r = cos_min_ratio:
-// - "none":           base_lr (optimizer.params.lr) at every step.
-// - "WarmupLR":       lo + (hi - lo) * s / W for s < W; hi for s >= W (and for W == 0).
-// - "WarmupCosineLR": the same warm-up for s < W; then with p = (s - W) / (T - W) clamped to
-//                     [0, 1] (p = 1 when T <= W): hi * (r + (1 - r) * (1 + cos(pi * p)) / 2),
-//                     i.e. hi at s = W, falling to r * hi at s = T and constant after.
-// Negative steps count as step 0. Unlike DeepSpeed's WarmupLR the warm-up is always linear
-// (DeepSpeed's default warmup_type is "log"), and WarmupCosineLR's peak is warmup_max_lr,
-// not the optimizer's lr.
-enum class SchedulerType { kNone, kWarmupLR, kWarmupCosineLR };
+// DeepSpeed's schedulers with DeepSpeed's meaning: the formulas, and the step offset (optimizer
+// step s runs with DeepSpeed's last_batch_iteration s - 1), are in optimizers/lr_schedule.h.
+// Each type takes the parameters DeepSpeed's class takes and no others
+// (SchedulerParamNames); a parameter of another type is an error naming the key and the type,
+// as DeepSpeed's constructor would refuse it. "none" = optimizer.params.lr at every step.
+enum class SchedulerType { kNone, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR, kOneCycle,
+                           kLRRangeTest };
 
 struct SchedulerConfig {
   SchedulerType type = SchedulerType::kNone;
+  // WarmupLR, WarmupDecayLR (DeepSpeed's defaults).
   double warmup_min_lr = 0.0;
-  double warmup_max_lr = 1e-3;
+  std::optional<double> warmup_max_lr;  // unset: optimizer.params.lr, as DeepSpeed
   int64_t warmup_num_steps = 1000;
-  int64_t total_num_steps = 10000;  // WarmupCosineLR only
-  double cos_min_ratio = 0.0001;    // WarmupCosineLR only
+  WarmupType warmup_type = WarmupType::kLog;  // also WarmupCosineLR
+  // WarmupDecayLR, WarmupCosineLR (required there).
+  int64_t total_num_steps = 10000;
+  // WarmupCosineLR: the ratios of optimizer.params.lr at the start and at the end.
+  double warmup_min_ratio = 0.0;
+  double cos_min_ratio = 0.0001;
+  // OneCycle (cycle_min_lr and cycle_max_lr required).
+  double cycle_min_lr = 0.0;
+  double cycle_max_lr = 0.0;
+  double decay_lr_rate = 0.0;
+  double cycle_first_step_size = 2000;
+  std::optional<double> cycle_second_step_size;    // unset: cycle_first_step_size
+  int64_t cycle_first_stair_count = 0;
+  std::optional<int64_t> cycle_second_stair_count;  // unset: cycle_first_stair_count
+  double decay_step_size = 0;
+  bool cycle_momentum = true;
+  double cycle_min_mom = 0.8;
+  double cycle_max_mom = 0.9;
+  double decay_mom_rate = 0.0;
+  // LRRangeTest.
+  double lr_range_test_min_lr = 1e-3;
+  double lr_range_test_step_size = 2000;
+  double lr_range_test_step_rate = 1.0;
+  bool lr_range_test_staircase = false;
+  // DeepSpeed's resume position; only -1 (start at the beginning) is accepted: a resumed run
+  // restores the optimizer step, which positions the schedule.
+  int64_t last_batch_iteration = -1;
+
   // The learning rate for optimizer step `step` (0-based); `base_lr` is optimizer.lr.
   double LearningRate(int64_t step, double base_lr) const;
 
   bool operator==(const SchedulerConfig&) const = default;
 };
+
+// The scheduler.params keys `type` takes (DeepSpeed's constructor's), and those it requires.
+const std::vector<std::string>& SchedulerParamNames(SchedulerType type);
+const std::vector<std::string>& SchedulerRequiredParams(SchedulerType type);
 
 // How optimizer states are stored (optimizers/optimizer_spec.h, [Note: state layout]).
 enum class OptimizerStateType { kF32, kBF16, kInt8 };  // "fp32" | "bf16" | "int8"
@@ -168,10 +208,20 @@ struct ZerostackConfig {
   bool operator==(const ZerostackConfig&) const = default;
 };
 
+// Which of the batch keys a config's text gave (ParseEngineConfig sets it; a config built in
+// code gives the micro-batch and the accumulation steps its fields hold). Where a value came
+// from, not part of the config's value: it compares equal always.
+struct BatchKeysGiven {
+  bool micro_batch = true;
+  bool accumulation_steps = true;
+  bool operator==(const BatchKeysGiven&) const { return true; }
+};
+
 struct EngineConfig {
   int64_t train_batch_size = 0;  // 0 = not given; else must equal the product
   int64_t train_micro_batch_size_per_gpu = 1;
   int64_t gradient_accumulation_steps = 1;
+  BatchKeysGiven batch_keys_given;
   double gradient_clipping = 0.0;  // 0 = off; else max global L2 norm
   int64_t steps_per_print = 10;
   ZeroConfig zero_optimization;
@@ -188,6 +238,14 @@ struct EngineConfig {
   // Checks that need the world size: train_batch_size (if given) ==
   // micro batch * accumulation steps * dp_world_size, naming all four.
   Status ValidateForWorld(int dp_world_size) const;
+  // [Note: batch sizes as DeepSpeed] Any two of train_batch_size,
+  // train_micro_batch_size_per_gpu and gradient_accumulation_steps determine the third at the
+  // data-parallel world size, with DeepSpeed's integer divisions; one alone: train_batch_size
+  // gives micro = train / world with 1 accumulation step, the micro-batch gives train = micro x
+  // world; neither train_batch_size nor the micro-batch is an error. Then the product must hold.
+  // Sets the derived values; errors name `source` (the config file), each of the three values
+  // with where it came from (given or derived) and the world size.
+  Status ResolveBatchSizes(int dp_world_size, std::string_view source);
 
   bool operator==(const EngineConfig&) const = default;
 };
@@ -198,8 +256,16 @@ struct EngineConfig {
 std::unique_ptr<LrSchedule> MakeLrSchedule(const SchedulerConfig& scheduler, double base_lr);
 
 StatusOr<EngineConfig> ParseEngineConfig(std::string_view json_text);
+// The same with the program's values for keys written "auto" ([Note: "auto" as the Hugging Face
+// integration fills it], program_values.h): each is replaced and listed in `filled` (may be
+// null), each object's keys in sorted order. Without program values an "auto" is an error
+// naming what would resolve it.
+StatusOr<EngineConfig> ParseEngineConfig(std::string_view json_text, const ProgramValues& program,
+                                         std::vector<AutoFill>* filled);
 // Reads and parses a file; errors name the path.
 StatusOr<EngineConfig> LoadEngineConfig(const std::string& path);
+StatusOr<EngineConfig> LoadEngineConfig(const std::string& path, const ProgramValues& program,
+                                        std::vector<AutoFill>* filled);
 // The config back as JSON (every key, defaults included): what a run actually used, for reports.
 // Round-trips: ParseEngineConfig(EngineConfigToJson(c)) == c for every valid c.
 std::string EngineConfigToJson(const EngineConfig& config);

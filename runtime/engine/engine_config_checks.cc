@@ -51,18 +51,27 @@ Status CheckCombinations(const EngineConfig& c) {
                                   "zero_optimization.offload_optimizer", false, stage));
   ZS_RETURN_IF_ERROR(CheckOffload(c.zero_optimization.offload_param,
                                   "zero_optimization.offload_param", true, stage));
-  const SchedulerConfig& s = c.scheduler;
-  if (s.type != SchedulerType::kNone && s.warmup_min_lr > s.warmup_max_lr) {
-    return InvalidArgumentError(fmt::format(
-        "scheduler.params.warmup_min_lr: {} is above scheduler.params.warmup_max_lr {}; allowed: "
-        "<= warmup_max_lr",
-        s.warmup_min_lr, s.warmup_max_lr));
+  // The scheduler's parameters are not checked against each other: DeepSpeed accepts a
+  // warm-up that falls (warmup_min_lr above warmup_max_lr) and a total_num_steps below
+  // warmup_num_steps (with a warning), and its formulas define both (lr_schedule.h).
+  const OptimizerConfig& o = c.optimizer;
+  const bool adam = o.type == OptimizerType::kAdam || o.type == OptimizerType::kAdamW;
+  const OptimizerConfig defaults;
+  if (!adam) {  // DeepSpeed passes these on to a non-Adam optimizer, which refuses them
+    for (const auto& [name, differs] :
+         {std::pair<const char*, bool>{"adam_w_mode", o.adam_w_mode != defaults.adam_w_mode},
+          {"torch_adam", o.torch_adam != defaults.torch_adam},
+          {"bias_correction", o.bias_correction != defaults.bias_correction}}) {
+      if (differs) {
+        return InvalidArgumentError(fmt::format(
+            "optimizer.params.{}: a parameter of Adam and AdamW only", name));
+      }
+    }
   }
-  if (s.type == SchedulerType::kWarmupCosineLR && s.total_num_steps < s.warmup_num_steps) {
-    return InvalidArgumentError(fmt::format(
-        "scheduler.params.total_num_steps: {} is below scheduler.params.warmup_num_steps {}; "
-        "allowed: >= warmup_num_steps",
-        s.total_num_steps, s.warmup_num_steps));
+  if (!o.bias_correction) {
+    return InvalidArgumentError(
+        "optimizer.params.bias_correction: false is not implemented (Adam without bias "
+        "correction); remove the key or set it to true");
   }
   if (c.optimizer.nesterov && c.optimizer.momentum == 0.0) {
     return InvalidArgumentError(
@@ -109,6 +118,54 @@ Status EngineConfig::ValidateForWorld(int dp_world_size) const {
         train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps,
         dp_world_size, product));
   }
+  return OkStatus();
+}
+
+Status EngineConfig::ResolveBatchSizes(int dp_world_size, std::string_view source) {
+  const std::string where = source.empty() ? std::string("the config")
+                                           : fmt::format("config {}", source);
+  if (dp_world_size < 1) {
+    return InvalidArgumentError(
+        fmt::format("data-parallel world size {} is not positive", dp_world_size));
+  }
+  const int64_t world = dp_world_size;
+  const bool train = train_batch_size > 0;
+  const bool micro = batch_keys_given.micro_batch;
+  const bool accumulation = batch_keys_given.accumulation_steps;
+  if (train && micro && !accumulation) {
+    gradient_accumulation_steps = train_batch_size / train_micro_batch_size_per_gpu / world;
+  } else if (train && accumulation && !micro) {
+    train_micro_batch_size_per_gpu = train_batch_size / world / gradient_accumulation_steps;
+  } else if (micro && !train) {
+    if (!accumulation) gradient_accumulation_steps = 1;
+    train_batch_size = train_micro_batch_size_per_gpu * gradient_accumulation_steps * world;
+  } else if (train && !micro && !accumulation) {
+    gradient_accumulation_steps = 1;
+    train_micro_batch_size_per_gpu = train_batch_size / world;
+  } else if (!train && !micro) {
+    return InvalidArgumentError(fmt::format(
+        "{} gives neither train_batch_size nor train_micro_batch_size_per_gpu; one of them is "
+        "needed (with gradient_accumulation_steps, any two determine the third)",
+        where));
+  }
+  auto origin = [](bool given) { return given ? "given" : "derived"; };
+  const std::string values = fmt::format(
+      "train_batch_size {} ({}), train_micro_batch_size_per_gpu {} ({}), "
+      "gradient_accumulation_steps {} ({}), data-parallel world size {}",
+      train_batch_size, origin(train), train_micro_batch_size_per_gpu, origin(micro),
+      gradient_accumulation_steps, origin(accumulation), world);
+  if (train_micro_batch_size_per_gpu < 1 || gradient_accumulation_steps < 1) {
+    return InvalidArgumentError(
+        fmt::format("{}: the batch sizes leave no whole micro-batch or accumulation step: {}",
+                    where, values));
+  }
+  if (train_batch_size != train_micro_batch_size_per_gpu * gradient_accumulation_steps * world) {
+    return InvalidArgumentError(fmt::format(
+        "{}: train_batch_size must equal train_micro_batch_size_per_gpu x "
+        "gradient_accumulation_steps x data-parallel world size: {}",
+        where, values));
+  }
+  batch_keys_given = {};  // every value is now set (a second call keeps them)
   return OkStatus();
 }
 

@@ -27,6 +27,19 @@ class LossScaler {
   bool dynamic() const { return dynamic_; }
   void Update(bool overflow);
 
+  // What changes as it runs (checkpoints save and restore it; the config gives the rest).
+  struct State {
+    float scale = 1.0f;
+    int64_t hysteresis_left = 2;
+    int64_t good_steps = 0;
+  };
+  State state() const { return {scale_, hysteresis_left_, good_steps_}; }
+  void set_state(const State& s) {
+    scale_ = s.scale;
+    hysteresis_left_ = s.hysteresis_left;
+    good_steps_ = s.good_steps;
+  }
+
  private:
   float scale_ = 1.0f;
   bool dynamic_ = false;

@@ -103,6 +103,10 @@ std::vector<GroupHyper> ZeroEngine::Impl::GroupHypers(const OptimizerHyper& hype
     }
     if (g.momentum && hyper.kind == OptimizerKind::kSgd) h.beta1 = float(*g.momentum);
     if (g.eps) h.eps = float(*g.eps);
+    if (ScheduledBetas(hyper)) {  // DeepSpeed's OneCycle sets every group's betas
+      h.beta1 = hyper.beta1;
+      h.beta2 = hyper.beta2;
+    }
     out.push_back(h);
   }
   return out;
@@ -284,7 +288,10 @@ Status ZeroEngine::Impl::Begin(int unit, bool backward) {
   const std::string& name = model_.units[unit].name;
   const int m = bracket_micro_batch();
   MicroBatchUse* use = s.Find(m);
-  if (backward) {
+  if (evaluating_) {
+    // [Note: evaluation] No micro-batch record, no gradient staging: only the materialization.
+    ZS_CHECK(!backward, "BeginBackward(unit '{}') during an evaluation (forward only)", name);
+  } else if (backward) {
     ZS_CHECK(use != nullptr && use->backward_done + use->open_backward < use->forward_uses,
              "BeginBackward(unit '{}', micro-batch {}): its forward was bracketed {} times and "
              "{} backward brackets are already open or done",
@@ -331,7 +338,7 @@ Status ZeroEngine::Impl::End(int unit, bool backward) {
   ZS_CHECK(s.open > 0, "End{}(unit '{}') without a matching Begin",
            backward ? "Backward" : "Forward", name);
   Status status;
-  if (backward) {
+  if (backward && !evaluating_) {  // (Begin refused backward brackets while evaluating)
     const int m = bracket_micro_batch();
     MicroBatchUse* use = s.Find(m);
     ZS_CHECK(use != nullptr && use->open_backward > 0,
@@ -346,8 +353,9 @@ Status ZeroEngine::Impl::End(int unit, bool backward) {
   }
   if (--s.open > 0) return status;
   if (trace_ != nullptr) {
-    trace_->Record(track_compute_, fmt::format("{} {}", backward ? "backward" : "forward", name),
-                   s.opened, TraceRecorder::Clock::now());
+    const char* what = backward ? "backward" : evaluating_ ? "eval forward" : "forward";
+    trace_->Record(track_compute_, fmt::format("{} {}", what, name), s.opened,
+                   TraceRecorder::Clock::now());
   }
   s.view.Reset();
   s.full = nullptr;
@@ -382,6 +390,46 @@ std::span<float> ZeroEngine::Impl::Grad(int unit, int param) {
            model_.units[unit].name, param);
   const UnitRange where = s.layout.ParamRangeInUnit(param);
   return {use->grad_staging.data_as<float>() + where.begin.value(), size_t(where.size())};
+}
+
+Status ZeroEngine::Impl::BeginEvaluation() {
+  if (evaluating_) return FailedPreconditionError("BeginEvaluation(): an evaluation is under way");
+  if (prepared_) {
+    return FailedPreconditionError("BeginEvaluation() between PrepareStep() and FinishStep()");
+  }
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const UnitState& s = units_[u];
+    if (s.open > 0 || !s.in_flight.empty() || s.reduced > 0) {
+      return FailedPreconditionError(fmt::format(
+          "BeginEvaluation(): unit '{}' has {} brackets open, {} micro-batch(es) in flight and {} "
+          "completed since the last Step(); evaluation runs between optimizer steps",
+          model_.units[u].name, s.open, s.in_flight.size(), s.reduced));
+    }
+  }
+  if (gatherer_ != nullptr) {
+    ZS_RETURN_IF_ERROR(
+        gatherer_->BeginEvaluation().WithContext(fmt::format("engine (rank {})", dp_.rank())));
+  }
+  evaluating_ = true;
+  return OkStatus();
+}
+
+Status ZeroEngine::Impl::EndEvaluation() {
+  if (!evaluating_) return FailedPreconditionError("EndEvaluation() without BeginEvaluation()");
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (units_[u].open > 0) {
+      return FailedPreconditionError(
+          fmt::format("EndEvaluation(): unit '{}' still has {} forward brackets open",
+                      model_.units[u].name, units_[u].open));
+    }
+  }
+  evaluating_ = false;
+  if (gatherer_ != nullptr) {
+    ZS_RETURN_IF_ERROR(
+        gatherer_->EndEvaluation().WithContext(fmt::format("engine (rank {})", dp_.rank())));
+  }
+  ++eval_passes_;
+  return OkStatus();
 }
 
 int64_t ZeroEngine::Impl::MicroBatchesPending() const {
@@ -429,8 +477,8 @@ OptimizerHyper ZeroEngine::Impl::Hyper(double lr) const {
     case OptimizerType::kAdamW:
       h.kind = OptimizerKind::kAdamW;
       break;
-    case OptimizerType::kAdam:
-      h.kind = OptimizerKind::kAdam;
+    case OptimizerType::kAdam:  // DeepSpeed's "Adam" decouples weight decay in adam_w_mode
+      h.kind = o.adam_w_mode ? OptimizerKind::kAdamW : OptimizerKind::kAdam;
       break;
     case OptimizerType::kSgd:
       h.kind = OptimizerKind::kSgd;
@@ -449,7 +497,20 @@ OptimizerHyper ZeroEngine::Impl::Hyper(double lr) const {
   h.nesterov = o.nesterov;
   h.initial_accumulator = float(o.initial_accumulator_value);
   h.step = step_ + 1;
+  if (std::optional<std::array<double, 2>> betas = ScheduledBetas(h)) {
+    h.beta1 = float((*betas)[0]);
+    h.beta2 = float((*betas)[1]);
+  }
   return h;
+}
+
+std::optional<std::array<double, 2>> ZeroEngine::Impl::ScheduledBetas(
+    const OptimizerHyper& hyper) const {
+  // Only optimizers with betas: DeepSpeed's OneCycle leaves the others' momentum alone.
+  if (hyper.kind == OptimizerKind::kSgd || hyper.kind == OptimizerKind::kAdagrad) {
+    return std::nullopt;
+  }
+  return schedule_->Betas(hyper.step - 1);
 }
 
 Status ZeroEngine::Impl::AllGatherUpdatedParams() {
@@ -565,6 +626,9 @@ std::span<float> ZeroEngine::Grad(int unit, int param) { return impl_->Grad(unit
 void ZeroEngine::SetMicroBatch(int micro_batch) { impl_->SetMicroBatch(micro_batch); }
 float ZeroEngine::backward_scale() const { return impl_->backward_scale(); }
 StatusOr<StepResult> ZeroEngine::Step() { return impl_->Step(); }
+Status ZeroEngine::BeginEvaluation() { return impl_->BeginEvaluation(); }
+Status ZeroEngine::EndEvaluation() { return impl_->EndEvaluation(); }
+bool ZeroEngine::evaluating() const { return impl_->evaluating_; }
 StatusOr<double> ZeroEngine::PrepareStep() { return impl_->PrepareStep(); }
 StatusOr<StepResult> ZeroEngine::FinishStep(double global_sum_squares) {
   return impl_->FinishStep(global_sum_squares);
@@ -657,7 +721,13 @@ OffloadReport ZeroEngine::offload_report() const {
 
 GatherReport ZeroEngine::gather_report() const {
   GatherReport r;
+  r.eval_passes = impl_->eval_passes_;
   if (impl_->gatherer_ == nullptr) return r;
+  const GatherStats& e = impl_->gatherer_->eval_stats();
+  r.eval_gathers = e.gathers;
+  r.eval_prefetch_hits = e.prefetch_hits;
+  r.eval_demand_gathers = e.demand_gathers;
+  r.eval_trace_invalidations = e.trace_invalidations;
   const GatherStats& s = impl_->gatherer_->stats();
   r.gathers = s.gathers;
   r.prefetch_hits = s.prefetch_hits;

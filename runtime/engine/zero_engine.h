@@ -33,6 +33,9 @@
 //   job the dp totals are then added over the replica, [Note: one norm over the grid]), clips to
 //   gradient_clipping, steps AdamW on the rank's optimizer range, and (stages 1/2) all-gathers
 //   the updated parameters. With fp32 compute, stages 0-3 are bit-identical.
+// - Evaluation: forward passes without backward between steps, in an evaluation bracket
+//   (BeginEvaluation / EndEvaluation, [Note: evaluation] below); outside one, every forward
+//   needs its backward before Step().
 // - Errors: collectives and allocations return Status naming the unit and the operation; a
 //   failed collective breaks the engine's communicators (later calls fail at once). Misuse of
 //   the hooks (out-of-order brackets) is a ZS_CHECK.
@@ -41,6 +44,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -113,6 +117,13 @@ struct GatherReport {  // stage 3 counters (zero for other stages)
   int64_t reuse_hits = 0;
   int64_t trace_invalidations = 0;
   int64_t peak_live_elements = 0;
+  // Evaluation ([Note: evaluation]): passes at every stage; the rest stage 3's counters of the
+  // evaluation trace, kept apart from the training counters above.
+  int64_t eval_passes = 0;
+  int64_t eval_gathers = 0;
+  int64_t eval_prefetch_hits = 0;
+  int64_t eval_demand_gathers = 0;
+  int64_t eval_trace_invalidations = 0;
 };
 
 // What an engine needs to know when it holds one part of a model-parallel job (runtime/parallel:
@@ -147,6 +158,65 @@ struct EngineParallelism {
   bool reduce_per_step = false;
 };
 
+// ---- Checkpoint state (zero_engine_state.cc; runtime/checkpoint/ stores it) ----------------
+// [Note: checkpoint ownership] For checkpoints a rank owns, of parameter p, the elements its dp
+// shard holds: ShardLayout::OwnedBy(p, rank), at every stage (stage 0 keeps every element on
+// every rank, and saves only its shard's part, so the ranks of any stage write disjoint parts
+// that cover every element once). Ranges are in the parameter frame, unpadded: padding and the
+// gaps between parameters are never saved (their master is 0, their states are the optimizer's
+// initial ones: exactly what the run holds, except Adagrad's int8 accumulator with
+// initial_accumulator_value > 0, whose padding codes are re-encoded from the initial value).
+//
+// One array of one owned part, as the optimizer keeps it (optimizers/optimizer_spec.h, [Note:
+// state layout]): the raw bytes, so fp32, bf16 and int8 states round-trip exactly.
+struct OwnedArray {
+  std::string kind;           // "master", "state0", "state1"
+  std::string dtype;          // "f32", "bf16", "int8" (the master is always "f32")
+  std::vector<uint8_t> data;  // elements [begin, end) of the parameter, in `dtype`
+  // int8 only: [Note: int8 blocks in checkpoints] the scales of the kQuantBlock-element blocks
+  // meeting [begin, end), in order; block j starts at parameter offset
+  // block_origin + j * kQuantBlock (block_origin <= begin; negative when the block starts in an
+  // earlier parameter or gap: blocks run over the unit's flat optimizer range, from the start of
+  // the rank's optimizer range). Element x decodes as code * scales[(x - block_origin) /
+  // kQuantBlock].
+  std::vector<float> scales;
+  int64_t block_origin = 0;
+};
+
+// What one rank owns of one parameter ([Note: checkpoint ownership]).
+struct OwnedParamState {
+  int unit = 0;
+  int param = 0;
+  int64_t begin = 0;  // the owned range of the parameter, [begin, end), parameter frame
+  int64_t end = 0;
+  std::vector<OwnedArray> arrays;  // "master", then the optimizer's states in order
+};
+
+// What LoadOwnedState asks a checkpoint for: parameter `param` of `unit` over [begin, end), its
+// master ("f32") and `num_states` states. The answer's arrays must be, per state, either in
+// `state_dtype` (for int8 with scales on this request's grid, block_origin as given here: then
+// the bits are restored as they were) or "f32" values (then the engine encodes them:
+// [Note: int8 blocks in checkpoints] when the saved blocks do not line up with the engine's).
+struct OwnedStateRequest {
+  int unit = 0;
+  int param = 0;
+  int64_t begin = 0;
+  int64_t end = 0;
+  int num_states = 0;
+  std::string state_dtype;   // "f32", "bf16", "int8"
+  int64_t block_origin = 0;  // int8: parameter offset of the engine's first block meeting it
+};
+using OwnedStateSource = std::function<StatusOr<OwnedParamState>(const OwnedStateRequest&)>;
+
+// The scalars a continued run needs besides the arrays: the step counter (the LR schedule is a
+// function of it) and the fp16 loss scaler.
+struct EngineTrainingState {
+  int64_t step = 0;
+  float loss_scale = 1.0f;
+  int64_t loss_scale_hysteresis_left = 0;
+  int64_t loss_scale_good_steps = 0;
+};
+
 class ZeroEngine final : public UnitAccess {
  public:
   // `trace` (not owned, may be null; must outlive the engine): the engine records its work as
@@ -176,6 +246,23 @@ class ZeroEngine final : public UnitAccess {
   // Collective. Ends the accumulation window: requires gradient_accumulation_steps complete
   // micro-batches since the last Step (FailedPrecondition naming the count otherwise).
   StatusOr<StepResult> Step();
+
+  // [Note: evaluation] Forward passes without backward (a held-out loss), between optimizer
+  // steps: BeginEvaluation(), then any number of forward passes (BeginForward/EndForward
+  // brackets only, e.g. nn::Gpt::Forward), then EndEvaluation(). In between, brackets stage no
+  // gradient and reduce nothing; stage 3 gathers and releases units as in training but records
+  // and replays a separate evaluation trace (gather_coordinator.h, [Note: evaluation trace]),
+  // so the training trace and its prefetching are untouched. Nothing a training step reads
+  // changes (parameters, gradients, optimizer states, loss scale, step counter): a step after
+  // an evaluation has the same bits as without it. BeginEvaluation() returns
+  // FailedPrecondition, changing nothing, unless at a step boundary (no bracket open, no
+  // micro-batch completed since the last Step, not evaluating); EndEvaluation() returns
+  // FailedPrecondition if a bracket is still open or no evaluation is under way. A backward
+  // bracket, Grad() or Step() during an evaluation is a ZS_CHECK / FailedPrecondition
+  // respectively. Collective where the forward is (stage 3: every rank runs the same passes).
+  Status BeginEvaluation();
+  Status EndEvaluation();
+  bool evaluating() const;
 
   // Step() in two halves, for a model whose parameters live in several engines (experts: one
   // engine over the dp group for the dense units, one over the expert-data-parallel group for
@@ -216,6 +303,18 @@ class ZeroEngine final : public UnitAccess {
   // dispatched to on this CPU, optimizer_threads, what optimizer_prefetch does here, and the
   // stores and prefetch this rank's step uses: zerostack.optimizer_cache_resident_bytes).
   std::string optimizer_summary() const;
+
+  // Checkpoints ([Note: checkpoint ownership]). VisitOwnedState calls `visit` for every
+  // parameter part this rank owns, units and parameters in order (not collective; reads the
+  // optimizer tiles through the shard store, NVMe included; stops at the first error `visit`
+  // returns). Requires no micro-batch pending (FailedPrecondition). LoadOwnedState is
+  // collective: it asks `source` for every parameter part in this rank's optimizer range (stage
+  // 0: all of every parameter), writes the master and states, rebuilds the compute-dtype
+  // parameters (all-gathered at stages 1/2, persistent units regathered at stage 3) and sets
+  // `state`. After an error the engine's optimizer state is undefined (Aborted from then on).
+  EngineTrainingState training_state() const;
+  Status VisitOwnedState(const std::function<Status(const OwnedParamState&)>& visit);
+  Status LoadOwnedState(const OwnedStateSource& source, const EngineTrainingState& state);
 
  private:
   class Impl;

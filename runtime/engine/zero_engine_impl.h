@@ -6,9 +6,11 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -169,6 +171,9 @@ class ZeroEngine::Impl {
   }
 
   StatusOr<StepResult> Step();
+  // [Note: evaluation] in zero_engine.h.
+  Status BeginEvaluation();
+  Status EndEvaluation();
   StatusOr<double> PrepareStep();
   StatusOr<StepResult> FinishStep(double total);
   // This rank's sum of squares of its gradient shards (unscaled by inv_scale), over what counts
@@ -207,6 +212,8 @@ class ZeroEngine::Impl {
   // offload_param nvme: one slot per unit holding this rank's parameter shard.
   Status CreateParamStore();
   OptimizerHyper Hyper(double lr) const;
+  // The schedule's (beta1, beta2) for `hyper`'s step when it moves them (OneCycle), else none.
+  std::optional<std::array<double, 2>> ScheduledBetas(const OptimizerHyper& hyper) const;
   int GroupIndex(const ParamSpec& param) const;
   Status CheckParamGroups() const;
   std::vector<GroupHyper> GroupHypers(const OptimizerHyper& hyper) const;
@@ -231,6 +238,8 @@ class ZeroEngine::Impl {
   int64_t step_ = 0;
   int micro_batch_ = 0;  // SetMicroBatch's
   bool prepared_ = false;  // between PrepareStep and FinishStep
+  bool evaluating_ = false;  // between BeginEvaluation and EndEvaluation
+  int64_t eval_passes_ = 0;  // EndEvaluation calls that succeeded
   std::chrono::steady_clock::time_point step_start_;
   std::unique_ptr<Communicator> gather_comm_;
   std::unique_ptr<Communicator> reduce_comm_;

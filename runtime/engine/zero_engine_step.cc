@@ -75,6 +75,9 @@ Status ZeroEngine::Impl::ReduceAccumulatedGradients() {
 
 StatusOr<double> ZeroEngine::Impl::PrepareStep() {
   ZS_CHECK(!prepared_, "PrepareStep() twice without FinishStep()");
+  if (evaluating_) {
+    return FailedPreconditionError("Step() during an evaluation: call EndEvaluation() first");
+  }
   step_start_ = std::chrono::steady_clock::now();
   if (parallel_.reduce_per_step) ZS_RETURN_IF_ERROR(ReduceAccumulatedGradients());
   {
@@ -137,10 +140,20 @@ StatusOr<StepResult> ZeroEngine::Impl::FinishStep(double total) {
   if (config_.fp16.enabled) overflow = !std::isfinite(total);
 
   if (gatherer_ != nullptr) ZS_RETURN_IF_ERROR(gatherer_->EndStep());
-  if (overflow) {
-    scaler_.Update(true);
+  if (overflow || !std::isfinite(total)) {
     for (UnitState& s : units_) s.reduced = 0;
     if (param_store_ != nullptr) param_store_->EndPass();  // the gathers' pass ends here too
+    if (!overflow) {
+      // bf16 / fp32: nothing to rescale, so a non-finite gradient is not a step to skip but a
+      // diverged run (every rank has the same total, so all fail here together). The step is
+      // not taken and the engine stays usable, e.g. at a lower learning rate.
+      return FailedPreconditionError(fmt::format(
+          "optimizer step {}: the global gradient norm is {} (the loss or a gradient is not "
+          "finite; the run has diverged); the step was not taken. Lower optimizer.params.lr or "
+          "tighten gradient_clipping; fp16 would skip such steps by loss scaling",
+          step_ + 1, result.grad_norm));
+    }
+    scaler_.Update(true);
     result.skipped = true;
     result.step = step_;
     return result;

@@ -57,7 +57,8 @@ class GatherCoordinator::Impl {
         options_(options),
         device_(device),
         comm_(comm),
-        trace_(std::move(trace_weights)) {}
+        train_trace_(trace_weights),
+        eval_trace_(std::move(trace_weights)) {}
 
   static constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
 
@@ -100,14 +101,14 @@ class GatherCoordinator::Impl {
     Unit& unit = units_[u];
 
     // [Note: trace] Compare with the trace, or record.
-    if (trace_.replaying()) {
-      if (!trace_.Advance(u)) {
+    if (trace_->replaying()) {
+      if (!trace_->Advance(u)) {
         ZS_RETURN_IF_ERROR(InvalidateTrace(u));
-        trace_.Diverge();
-        trace_.Record(u);
+        trace_->Diverge();
+        trace_->Record(u);
       }
     } else {
-      trace_.Record(u);
+      trace_->Record(u);
     }
 
     if (unit.persistent || unit.elements == 0 || unit.refs > 0) {
@@ -120,7 +121,7 @@ class GatherCoordinator::Impl {
     // Prefetch before waiting, so the next transfers queue behind this unit's. (A failed
     // all-gather frees the unit, so refs are counted only once it holds its parameters.)
     Status prefetch_status;
-    if (options_.prefetch && trace_.replaying()) prefetch_status = Prefetch();
+    if (options_.prefetch && trace_->replaying()) prefetch_status = Prefetch();
     if (unit.state == UnitGatherState::kGathering) ZS_RETURN_IF_ERROR(Fail(FinishGather(u)));
     ZS_RETURN_IF_ERROR(prefetch_status);
     ++unit.refs;
@@ -135,15 +136,15 @@ class GatherCoordinator::Impl {
       case UnitGatherState::kSharded:
         ZS_RETURN_IF_ERROR(MakeRoom(u));
         ZS_RETURN_IF_ERROR(Fail(StartGather(u)));
-        ++stats_.demand_gathers;
+        ++stats_->demand_gathers;
         break;
       case UnitGatherState::kGathering:
         ZS_CHECK(unit.prefetched, "unit {} in flight without a prefetch", u);
-        ++stats_.prefetch_hits;
+        ++stats_->prefetch_hits;
         break;
       case UnitGatherState::kGathered:
         ZS_CHECK(unit.kept, "unit {} gathered with no refs and not kept", u);
-        ++stats_.reuse_hits;
+        ++stats_->reuse_hits;
         break;
     }
     if (unit.prefetched) {
@@ -163,8 +164,8 @@ class GatherCoordinator::Impl {
       unit.state = UnitGatherState::kSharded;
       return OkStatus();
     }
-    if (trace_.replaying() && live_ <= options_.max_live_elements) {
-      std::optional<int64_t> distance = trace_.ReuseDistance(u);
+    if (trace_->replaying() && live_ <= options_.max_live_elements) {
+      std::optional<int64_t> distance = trace_->ReuseDistance(u);
       if (distance.has_value() && *distance <= options_.max_reuse_distance_elements) {
         unit.kept = true;
         return OkStatus();
@@ -185,10 +186,10 @@ class GatherCoordinator::Impl {
       return FailedPreconditionError(
           fmt::format("EndStep with units still acquired: {}", acquired));
     }
-    if (trace_.replaying() && trace_.position() < trace_.size()) {
+    if (trace_->replaying() && trace_->position() < trace_->size()) {
       // The step ended before the trace: an invalidation (EndStep frees everything anyway).
-      ++stats_.trace_invalidations;
-      for (const Unit& unit : units_) stats_.prefetched_unused_freed += unit.prefetched ? 1 : 0;
+      ++stats_->trace_invalidations;
+      for (const Unit& unit : units_) stats_->prefetched_unused_freed += unit.prefetched ? 1 : 0;
     }
     Status first;
     for (size_t u = 0; u < units_.size(); ++u) {
@@ -197,7 +198,7 @@ class GatherCoordinator::Impl {
         if (first.ok()) first = s;
       }
     }
-    trace_.EndStep();
+    trace_->EndStep();
     ZS_CHECK(live_ == 0 && prefetched_elements_ == 0, "EndStep left {} live, {} prefetched", live_,
              prefetched_elements_);
     ZS_RETURN_IF_ERROR(Fail(first));
@@ -213,11 +214,50 @@ class GatherCoordinator::Impl {
     CheckUnit(u);
     return units_[u].state;
   }
-  bool trace_recorded() const { return trace_.replaying(); }
-  const GatherStats& stats() const { return stats_; }
+  bool trace_recorded() const { return train_trace_.replaying(); }
+  const GatherStats& stats() const { return train_stats_; }
+  const GatherStats& eval_stats() const { return eval_stats_; }
+  bool evaluating() const { return evaluating_; }
   void ResetStats() {
-    stats_ = GatherStats{};
-    stats_.peak_live_elements = live_;
+    train_stats_ = GatherStats{};
+    eval_stats_ = GatherStats{};
+    stats_->peak_live_elements = live_;
+  }
+
+  // [Note: evaluation trace] Switches to the evaluation trace and counters, at a training step
+  // boundary only, so the training trace is left exactly where EndStep left it.
+  Status BeginEvaluation() {
+    if (evaluating_) return FailedPreconditionError("BeginEvaluation during an evaluation pass");
+    for (size_t u = 0; u < units_.size(); ++u) {
+      if (units_[u].refs > 0) {
+        return FailedPreconditionError(
+            fmt::format("BeginEvaluation while unit {} ('{}') is acquired ({} refs)", u,
+                        units_[u].name, units_[u].refs));
+      }
+    }
+    if (trace_->position() != 0 || (!trace_->replaying() && trace_->size() != 0) || live_ != 0) {
+      return FailedPreconditionError(fmt::format(
+          "BeginEvaluation in the middle of a training step (trace entry {} of {}, {} gathered "
+          "elements held); call EndStep first",
+          trace_->position(), trace_->size(), live_));
+    }
+    evaluating_ = true;
+    trace_ = &eval_trace_;
+    stats_ = &eval_stats_;
+    return OkStatus();
+  }
+
+  // Ends the evaluation pass as EndStep ends a training step (frees every non-persistent unit,
+  // commits or rewinds the evaluation trace), then switches back to the training trace. If
+  // units are still acquired, nothing changes (FailedPrecondition).
+  Status EndEvaluation() {
+    if (!evaluating_) return FailedPreconditionError("EndEvaluation without BeginEvaluation");
+    Status s = EndStep();
+    if (s.code() == StatusCode::kFailedPrecondition) return s;  // units still acquired
+    evaluating_ = false;
+    trace_ = &train_trace_;
+    stats_ = &train_stats_;
+    return s;
   }
   int64_t live_elements() const { return live_; }
 
@@ -273,13 +313,13 @@ class GatherCoordinator::Impl {
       unit.buffer = std::move(*buffer);
       if (!unit.persistent) {
         live_ += unit.elements;
-        stats_.peak_live_elements = std::max(stats_.peak_live_elements, live_);
+        stats_->peak_live_elements = std::max(stats_->peak_live_elements, live_);
       }
     }
     unit.handle = comm_.StartAllGather(shard, unit.buffer.data(), size_t(unit.shard_elements),
                                        options_.dtype);
     unit.state = UnitGatherState::kGathering;
-    ++stats_.gathers;
+    ++stats_->gathers;
     return OkStatus();
   }
 
@@ -335,7 +375,7 @@ class GatherCoordinator::Impl {
       int64_t victim_distance = -1;
       for (size_t v = 0; v < units_.size(); ++v) {
         if (units_[v].refs > 0 || !units_[v].kept) continue;
-        const int64_t d = trace_.ReuseDistance(int(v)).value_or(kNever);
+        const int64_t d = trace_->ReuseDistance(int(v)).value_or(kNever);
         if (d > victim_distance) victim = int(v), victim_distance = d;
       }
       if (victim < 0) {
@@ -354,8 +394,8 @@ class GatherCoordinator::Impl {
   // Walks the trace from its position and starts the all-gathers of the units not held, in
   // order, while they fit in prefetch_elements (in flight) and max_live_elements (held).
   Status Prefetch() {
-    for (size_t i = trace_.position(); i < trace_.size(); ++i) {
-      const int v = trace_.at(i);
+    for (size_t i = trace_->position(); i < trace_->size(); ++i) {
+      const int v = trace_->at(i);
       Unit& unit = units_[v];
       if (unit.persistent || unit.elements == 0 || unit.state != UnitGatherState::kSharded) {
         continue;
@@ -374,12 +414,12 @@ class GatherCoordinator::Impl {
   // [Note: trace] The order changed at Acquire(acquiring): waits for and frees every
   // prefetched-but-unused and kept unit except the one being acquired.
   Status InvalidateTrace(int acquiring) {
-    ++stats_.trace_invalidations;
+    ++stats_->trace_invalidations;
     Status first;
     for (size_t v = 0; v < units_.size(); ++v) {
       Unit& unit = units_[v];
       if (int(v) == acquiring || unit.refs > 0 || !(unit.prefetched || unit.kept)) continue;
-      if (unit.prefetched) ++stats_.prefetched_unused_freed;
+      if (unit.prefetched) ++stats_->prefetched_unused_freed;
       Status s = Free(int(v));
       if (first.ok()) first = s;
     }
@@ -390,8 +430,15 @@ class GatherCoordinator::Impl {
   const GatherOptions options_;
   Device& device_;
   Communicator& comm_;
-  ExecutionTrace trace_;
-  GatherStats stats_;
+  // [Note: evaluation trace] Training steps and evaluation passes record and replay separate
+  // traces and count separate stats; trace_ and stats_ point at the active pair.
+  ExecutionTrace train_trace_;
+  ExecutionTrace eval_trace_;
+  ExecutionTrace* trace_ = &train_trace_;
+  GatherStats train_stats_;
+  GatherStats eval_stats_;
+  GatherStats* stats_ = &train_stats_;
+  bool evaluating_ = false;
   int64_t live_ = 0;                 // elements of non-persistent units with a buffer
   int64_t prefetched_elements_ = 0;  // elements of units with `prefetched` set
   int64_t prefetch_seq_ = 0;
@@ -449,6 +496,10 @@ UnitGatherState GatherCoordinator::state(int unit) const { return impl_->state(u
 bool GatherCoordinator::trace_recorded() const { return impl_->trace_recorded(); }
 const GatherStats& GatherCoordinator::stats() const { return impl_->stats(); }
 void GatherCoordinator::ResetStats() { impl_->ResetStats(); }
+const GatherStats& GatherCoordinator::eval_stats() const { return impl_->eval_stats(); }
+Status GatherCoordinator::BeginEvaluation() { return impl_->BeginEvaluation(); }
+Status GatherCoordinator::EndEvaluation() { return impl_->EndEvaluation(); }
+bool GatherCoordinator::evaluating() const { return impl_->evaluating(); }
 int64_t GatherCoordinator::live_elements() const { return impl_->live_elements(); }
 
 }  // namespace zs

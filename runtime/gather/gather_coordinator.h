@@ -43,6 +43,14 @@
 //   commits the new trace. The unit being acquired is exempt: if it was prefetched or kept it
 //   is used (and counted as a prefetch or reuse hit). A step that ends before the trace does
 //   also invalidates it (the trace is truncated there). See execution_trace.h.
+// - [Note: evaluation trace] Forward-only passes between training steps (a held-out loss) have a
+//   trace of their own: BeginEvaluation() (FailedPrecondition unless at a training step boundary:
+//   no unit acquired and the training trace at its start, i.e. before the first Acquire or right
+//   after EndStep) switches Acquire/Release/prefetch/reuse to the evaluation trace and counters
+//   (eval_stats()); EndEvaluation() ends the pass as EndStep ends a step (every non-persistent
+//   unit freed; the evaluation trace committed, replayed by the next pass, or invalidated as
+//   above) and switches back. The training trace and stats() are untouched by evaluation, so
+//   the next training step replays and prefetches exactly as without it.
 // - Units with shard_elements == 0 take part in nothing: no buffer, no all-gather, no stats;
 //   Acquire returns a non-null pointer that must not be dereferenced.
 // - Shards are read by the all-gathers directly (no copy): a shard must not change between
@@ -131,10 +139,17 @@ class GatherCoordinator {
   Status EndStep();
   Status RegatherPersistent();
 
+  // [Note: evaluation trace]. Both return FailedPrecondition naming what is in the way (and
+  // change nothing) when called at the wrong time.
+  Status BeginEvaluation();
+  Status EndEvaluation();
+  bool evaluating() const;
+
   UnitGatherState state(int unit) const;
-  bool trace_recorded() const;  // a committed trace exists and is being replayed
-  const GatherStats& stats() const;
-  void ResetStats();
+  bool trace_recorded() const;  // a committed training trace exists and is being replayed
+  const GatherStats& stats() const;       // training steps
+  const GatherStats& eval_stats() const;  // evaluation passes
+  void ResetStats();                      // both
   int64_t live_elements() const;  // gathered non-persistent elements held now
 
  private:

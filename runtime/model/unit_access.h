@@ -12,7 +12,9 @@
 //
 //   Brackets of different units may nest (a tied weight: GPT's output projection reads the
 //   embedding unit inside the head unit's bracket), and a unit may be bracketed several times
-//   in one pass. A backward pass must bracket each unit as many times as its forward did; the
+//   in one pass. A forward pass without a backward (evaluation) is for accesses that offer it
+//   (ZeroEngine::BeginEvaluation; DenseUnitAccess needs none). A backward pass must bracket
+//   each unit as many times as its forward did; the
 //   unit's gradient is complete at its last EndBackward, which is where the ZeroEngine starts
 //   reducing it (the rest of backward overlaps that communication).
 // - Param(u, p) is the parameter's full value as fp32, row-major, numel() elements. With bf16

@@ -127,6 +127,20 @@ TEST(CharCorpusTest, ErrorsNameThePath) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
 
+  // Not read without end: a device, and a (sparse) file above the bound.
+  r = CharCorpus::Load("/dev/zero");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("/dev/zero' is not a regular file"), std::string::npos)
+      << r.status().message();
+  const std::string huge = dir.Path("huge.txt");
+  std::ofstream(huge) << "x";
+  fs::resize_file(huge, kMaxCorpusBytes + 1);
+  r = CharCorpus::Load(huge);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("1073741825 bytes"), std::string::npos)
+      << r.status().message();
+
   EXPECT_FALSE(CharCorpus::FromText("").ok());
 }
 

@@ -19,6 +19,7 @@ namespace {
 
 using Json = nlohmann::json;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // The error of parsing `text`; fails the test if the parse succeeds.
 Status ParseError(const std::string& text) {
@@ -80,8 +81,9 @@ constexpr const char* kDeepSpeedExample = R"({
   "optimizer": {"type": "adamw",
                 "params": {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-6, "weight_decay": 0.1}},
   "scheduler": {"type": "WarmupCosineLR",
-                "params": {"warmup_min_lr": 0, "warmup_max_lr": 3e-4, "warmup_num_steps": 200,
-                           "total_num_steps": 5000, "cos_min_ratio": 0.1}},
+                "params": {"total_num_steps": 5000, "warmup_min_ratio": 0.01,
+                           "warmup_num_steps": 200, "cos_min_ratio": 0.1,
+                           "warmup_type": "linear"}},
   "zerostack": {"comm_timeout_ms": 30000, "max_inflight_buckets": 3, "alignment": 64,
                 "prefetch": false, "optimizer_state_dtype": "bf16", "optimizer_threads": 2,
                 "optimizer_prefetch": 512, "optimizer_cache_resident_bytes": 8388608}
@@ -120,11 +122,11 @@ TEST(EngineConfigTest, DeepSpeedExampleParses) {
   EXPECT_EQ(c.optimizer.eps, 1e-6);
   EXPECT_EQ(c.optimizer.weight_decay, 0.1);
   EXPECT_EQ(c.scheduler.type, SchedulerType::kWarmupCosineLR);
-  EXPECT_EQ(c.scheduler.warmup_min_lr, 0.0);
-  EXPECT_EQ(c.scheduler.warmup_max_lr, 3e-4);
+  EXPECT_EQ(c.scheduler.warmup_min_ratio, 0.01);
   EXPECT_EQ(c.scheduler.warmup_num_steps, 200);
   EXPECT_EQ(c.scheduler.total_num_steps, 5000);
   EXPECT_EQ(c.scheduler.cos_min_ratio, 0.1);
+  EXPECT_EQ(c.scheduler.warmup_type, WarmupType::kLinear);
   EXPECT_EQ(c.zerostack.comm_timeout_ms, 30000);
   EXPECT_EQ(c.zerostack.max_inflight_buckets, 3);
   EXPECT_EQ(c.zerostack.alignment, 64);
@@ -150,6 +152,38 @@ TEST(EngineConfigTest, OptimizerTypeIsCaseInsensitive) {
                 {"optimizer.type", "\"Lamb\"", "AdamW, Adam"});
 }
 
+// DeepSpeed's Adam keys: adam_w_mode, torch_adam (and torch AdamW's weight-decay default),
+// bias_correction; the default weight decay is DeepSpeed's 0.
+TEST(EngineConfigTest, AdamKeysMeanWhatTheyMeanInDeepSpeed) {
+  StatusOr<EngineConfig> c = ParseEngineConfig(R"({"optimizer": {"type": "Adam"}})");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->optimizer.adam_w_mode);
+  EXPECT_EQ(c->optimizer.weight_decay, 0.0);
+  c = ParseEngineConfig(R"({"optimizer": {"type": "Adam", "params": {"adam_w_mode": false,
+                            "bias_correction": true}}})");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_FALSE(c->optimizer.adam_w_mode);
+  for (const char* text :
+       {R"({"optimizer": {"type": "AdamW", "params": {"torch_adam": true}}})",
+        R"({"optimizer": {"type": "Adam", "params": {"torch_adam": true}}})"}) {
+    c = ParseEngineConfig(text);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_EQ(c->optimizer.weight_decay, 0.01) << text;  // torch.optim.AdamW's default
+  }
+  c = ParseEngineConfig(R"({"optimizer": {"type": "Adam", "params": {"torch_adam": true,
+                            "adam_w_mode": false}}})");  // torch.optim.Adam: 0
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->optimizer.weight_decay, 0.0);
+  c = ParseEngineConfig(R"({"optimizer": {"type": "AdamW", "params": {"torch_adam": true,
+                            "weight_decay": 0.2}}})");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->optimizer.weight_decay, 0.2);
+  ExpectInvalid(R"({"optimizer": {"type": "Adam", "params": {"bias_correction": false}}})",
+                {"optimizer.params.bias_correction", "not implemented"});
+  ExpectInvalid(R"({"optimizer": {"type": "SGD", "params": {"adam_w_mode": false}}})",
+                {"optimizer.params.adam_w_mode", "Adam and AdamW only"});
+}
+
 TEST(EngineConfigTest, Bfloat16IsAnAliasOfBf16) {
   StatusOr<EngineConfig> c = ParseEngineConfig(R"({"bfloat16": {"enabled": true}})");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -162,6 +196,68 @@ TEST(EngineConfigTest, Bfloat16IsAnAliasOfBf16) {
 TEST(EngineConfigTest, IgnoredDeepSpeedKeysMustStillBeBooleans) {
   EXPECT_TRUE(ParseEngineConfig(R"({"zero_allow_untested_optimizer": true})").ok());
   ExpectInvalid(R"({"wall_clock_breakdown": "no"})", {"wall_clock_breakdown", "boolean"});
+}
+
+// [Note: DeepSpeed's other keys]: monitoring accepted, features not built refused by name
+// (unless off), the old offload spellings mapped.
+TEST(EngineConfigTest, DeepSpeedKeysAreAcceptedOrNamedNotImplemented) {
+  StatusOr<EngineConfig> c = ParseEngineConfig(R"({
+      "tensorboard": {"enabled": true, "output_path": "logs/", "job_name": "x"},
+      "wandb": {"enabled": false}, "flops_profiler": {"enabled": true, "profile_step": 1},
+      "prescale_gradients": false, "gradient_predivide_factor": 1.0, "memory_breakdown": false,
+      "activation_checkpointing": null, "sparse_gradients": false,
+      "communication_data_type": "fp32", "gradient_allreduce_op": "mean",
+      "zero_optimization": {"stage": 2, "allgather_partitions": true,
+                            "round_robin_gradients": true, "zero_hpz_partition_size": 1,
+                            "zero_quantized_weights": false}})");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->zero_optimization.stage, 2);
+  for (const auto& [text, feature] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"activation_checkpointing": {"partition_activations": true}})",
+            "activation checkpointing"},
+           {R"({"zero_optimization": {"zero_quantized_gradients": true}})", "qgZ"},
+           {R"({"zero_optimization": {"zero_hpz_partition_size": 8}})", "hpZ"},
+           {R"({"communication_data_type": "fp16"})", "communication in another dtype"},
+           {R"({"zero_optimization": {"offload_optimizer": {"device": "cpu", "ratio": 0.3}}})",
+            "partial optimizer offload"},
+           {R"({"sparse_attention": {"mode": "fixed"}})", "sparse attention"}}) {
+    Status s = ParseEngineConfig(text).status();
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << text;
+    EXPECT_THAT(s.message(), HasSubstr("not implemented")) << text;
+    EXPECT_THAT(s.message(), HasSubstr(feature)) << text;
+    EXPECT_THAT(s.message(), Not(HasSubstr("unknown key"))) << text;
+  }
+  ExpectInvalid(R"({"gradient_predivide_factor": 0})", {"gradient_predivide_factor", "> 0"});
+  // cpu_offload (the old spelling) maps as DeepSpeed maps it.
+  c = ParseEngineConfig(R"({"zero_optimization": {"stage": 2, "cpu_offload": true,
+                            "cpu_offload_use_pin_memory": true}})");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->zero_optimization.offload_optimizer.device, OffloadDevice::kCpu);
+  EXPECT_TRUE(c->zero_optimization.offload_optimizer.pin_memory);
+  c = ParseEngineConfig(R"({"zero_optimization": {"stage": 3, "cpu_offload_params": true}})");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->zero_optimization.offload_param.device, OffloadDevice::kCpu);
+  EXPECT_FALSE(c->zero_optimization.offload_param.pin_memory);
+  c = ParseEngineConfig(R"({"zero_optimization": {"stage": 2, "cpu_offload": false}})");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->zero_optimization.offload_optimizer.device, OffloadDevice::kNone);
+  ExpectInvalid(R"({"zero_optimization": {"stage": 2, "cpu_offload": true,
+                    "offload_optimizer": {"device": "cpu"}}})",
+                {"cpu_offload", "offload_optimizer", "both"});
+}
+
+// "Did you mean" only for a near miss, never another concept.
+TEST(EngineConfigTest, SuggestionsAreNearMissesOnly) {
+  for (const char* text : {R"({"optimizer": {"params": {"amsgrad": true}}})",
+                           R"({"zero_optimization": {"stage3_gather": true}})",
+                           R"({"fp16": {"dynamic": true}})",
+                           R"({"zero_optimization": {"offload": {"device": "cpu"}}})"}) {
+    Status s = ParseEngineConfig(text).status();
+    EXPECT_THAT(s.message(), HasSubstr("unknown key")) << text;
+    EXPECT_THAT(s.message(), Not(HasSubstr("did you mean"))) << text << ": " << s.message();
+  }
+  ExpectInvalid(R"({"zero_optimization": {"reduce_bucket_sise": 5}})",
+                {"did you mean \"zero_optimization.reduce_bucket_size\""});
 }
 
 TEST(EngineConfigTest, UnknownKeysAreErrorsWithTheClosestKnownKey) {
@@ -177,8 +273,23 @@ TEST(EngineConfigTest, UnknownKeysAreErrorsWithTheClosestKnownKey) {
   EXPECT_THAT(s.message(), HasSubstr("fp16.completely_unrelated_knob_name"));
   EXPECT_THAT(s.message(), ::testing::Not(HasSubstr("did you mean")));
   // DeepSpeed keys that change behaviour are not silently accepted.
-  ExpectInvalid(R"({"zero_optimization": {"stage3_gather_16bit_weights_on_model_save": true}})",
-                {"zero_optimization.stage3_gather_16bit_weights_on_model_save"});
+  ExpectInvalid(R"({"fp16": {"enabled": true, "auto_cast": true}})", {"fp16.auto_cast"});
+}
+
+TEST(EngineConfigTest, Gather16BitWeightsOnModelSaveAndItsOldSpelling) {
+  EXPECT_FALSE(ParseEngineConfig("{}")->zero_optimization.stage3_gather_16bit_weights_on_model_save);
+  for (const char* key : {"stage3_gather_16bit_weights_on_model_save",
+                          "stage3_gather_fp16_weights_on_model_save"}) {
+    auto c = ParseEngineConfig(
+        fmt::format(R"({{"zero_optimization": {{"stage": 3, "{}": true}}}})", key));
+    ASSERT_TRUE(c.ok()) << key << ": " << c.status().ToString();
+    EXPECT_TRUE(c->zero_optimization.stage3_gather_16bit_weights_on_model_save) << key;
+  }
+  ExpectInvalid(R"({"zero_optimization": {"stage3_gather_fp16_weights_on_model_save": 1}})",
+                {"zero_optimization.stage3_gather_fp16_weights_on_model_save", "boolean"});
+  ExpectInvalid(R"({"zero_optimization": {"stage3_gather_16bit_weights_on_model_save": true,
+                                          "stage3_gather_fp16_weights_on_model_save": true}})",
+                {"old spelling", "one of them"});
 }
 
 TEST(EngineConfigTest, WrongJsonTypesAreErrors) {
@@ -223,12 +334,28 @@ TEST(EngineConfigTest, OutOfRangeValuesAreErrors) {
   ExpectInvalid(R"({"scheduler": {"params": {"cos_min_ratio": 1.5}}})",
                 {"scheduler.params.cos_min_ratio", "[0, 1]"});
   ExpectInvalid(R"({"zerostack": {"alignment": 24}})", {"zerostack.alignment", "24", "power"});
-  ExpectInvalid(R"({"scheduler": {"type": "WarmupLR",
-                    "params": {"warmup_min_lr": 0.1, "warmup_max_lr": 0.01}}})",
-                {"scheduler.params.warmup_min_lr", "0.1", "0.01"});
+  // [Note: one class, its parameters]: DeepSpeed's constructors take their own keyword
+  // arguments only, and have no default for some.
   ExpectInvalid(R"({"scheduler": {"type": "WarmupCosineLR",
-                    "params": {"warmup_num_steps": 100, "total_num_steps": 50}}})",
-                {"scheduler.params.total_num_steps", "50", "100"});
+                    "params": {"total_num_steps": 100, "warmup_max_lr": 0.01}}})",
+                {"scheduler.params.warmup_max_lr", "not a parameter", "WarmupCosineLR",
+                 "warmup_min_ratio"});
+  ExpectInvalid(R"({"scheduler": {"type": "WarmupLR", "params": {"cos_min_ratio": 0.1}}})",
+                {"scheduler.params.cos_min_ratio", "not a parameter", "\"WarmupLR\""});
+  ExpectInvalid(R"({"scheduler": {"params": {"warmup_num_steps": 10}}})",
+                {"scheduler.params.warmup_num_steps", "\"none\"", "takes none"});
+  ExpectInvalid(R"({"scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 10}}})",
+                {"scheduler.params.total_num_steps", "required", "WarmupDecayLR"});
+  ExpectInvalid(R"({"scheduler": {"type": "WarmupCosineLR"}})",
+                {"scheduler.params.total_num_steps", "required", "WarmupCosineLR"});
+  ExpectInvalid(R"({"scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0.1}}})",
+                {"scheduler.params.cycle_max_lr", "required", "OneCycle"});
+  ExpectInvalid(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_type": "cubic"}}})",
+                {"scheduler.params.warmup_type", "\"cubic\"", "log, linear"});
+  ExpectInvalid(R"({"scheduler": {"type": "WarmupLR", "params": {"last_batch_iteration": 7}}})",
+                {"scheduler.params.last_batch_iteration", "7", "not implemented"});
+  ExpectInvalid(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 0}}})",
+                {"scheduler.params.warmup_num_steps", ">= 1"});
 }
 
 TEST(EngineConfigTest, SizesAcceptIntegralNumbersOnly) {
@@ -248,19 +375,93 @@ TEST(EngineConfigTest, SizesAcceptIntegralNumbersOnly) {
 TEST(EngineConfigTest, EnumValuesOutsideTheirListAreErrors) {
   ExpectInvalid(R"({"zero_optimization": {"offload_optimizer": {"device": "gpu"}}})",
                 {"zero_optimization.offload_optimizer.device", "\"gpu\"", "none, cpu, nvme"});
-  ExpectInvalid(R"({"scheduler": {"type": "OneCycle"}})",
-                {"scheduler.type", "\"OneCycle\"", "none, WarmupLR, WarmupCosineLR"});
+  ExpectInvalid(R"({"scheduler": {"type": "CyclicLR"}})",
+                {"scheduler.type", "\"CyclicLR\"",
+                 "none, WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle, LRRangeTest"});
 }
 
-TEST(EngineConfigTest, AutoIsRejectedEverywhere) {
+// Without the program's values an "auto" is an error naming what would resolve it.
+TEST(EngineConfigTest, AutoWithoutProgramValuesNamesWhatResolvesIt) {
   ExpectInvalid(R"({"train_micro_batch_size_per_gpu": "auto"})",
-                {"train_micro_batch_size_per_gpu", "\"auto\"", "explicit value", ">= 1"});
+                {"train_micro_batch_size_per_gpu", "\"auto\" needs the program's micro_batch"});
   ExpectInvalid(R"({"zero_optimization": {"reduce_bucket_size": "auto"}})",
-                {"zero_optimization.reduce_bucket_size", "\"auto\"", "explicit value"});
+                {"zero_optimization.reduce_bucket_size", "hidden_size"});
   ExpectInvalid(R"({"optimizer": {"params": {"lr": "auto"}}})",
-                {"optimizer.params.lr", "explicit value"});
-  ExpectInvalid(R"({"fp16": {"enabled": "auto"}})", {"fp16.enabled", "explicit value"});
-  ExpectInvalid(R"({"fp16": "auto"})", {"fp16", "explicit value"});
+                {"optimizer.params.lr", "needs the program's lr"});
+  ExpectInvalid(R"({"fp16": {"enabled": "auto"}})", {"fp16.enabled", "precision"});
+  ExpectInvalid(R"({"fp16": "auto"})", {"fp16", "no meaning for this key"});
+  ExpectInvalid(R"({"zero_optimization": {"stage": "auto"}})",
+                {"zero_optimization.stage", "no meaning"});
+  ProgramValues program;
+  program.flags = {{"lr", "--lr"}, {"dp_world_size", "--world"}};
+  program.micro_batch = 4;
+  Status s = ParseEngineConfig(R"({"train_batch_size": "auto"})", program, nullptr).status();
+  EXPECT_THAT(s.message(), HasSubstr("train_batch_size"));
+  EXPECT_THAT(s.message(), HasSubstr("accumulation_steps, dp_world_size (--world)"));
+}
+
+// [Note: "auto" as the Hugging Face integration fills it]: a template in the shape of the
+// integration's ZeRO-3 example, every "auto" resolved from the program and listed.
+TEST(EngineConfigTest, AutoResolvesFromTheProgramAsTheHuggingFaceIntegration) {
+  constexpr const char* kTemplate = R"({
+    "fp16": {"enabled": "auto", "loss_scale": 0, "initial_scale_power": 16},
+    "bf16": {"enabled": "auto"},
+    "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto",
+                                              "weight_decay": "auto"}},
+    "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": "auto",
+        "warmup_max_lr": "auto", "warmup_num_steps": "auto", "total_num_steps": "auto"}},
+    "zero_optimization": {"stage": 3, "overlap_comm": true, "contiguous_gradients": true,
+        "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
+        "stage3_param_persistence_threshold": "auto"},
+    "gradient_accumulation_steps": "auto",
+    "gradient_clipping": "auto",
+    "train_batch_size": "auto",
+    "train_micro_batch_size_per_gpu": "auto"
+  })";
+  ProgramValues p;
+  p.micro_batch = 4;
+  p.accumulation_steps = 2;
+  p.dp_world_size = 8;
+  p.max_grad_norm = 1.0;
+  p.lr = 3e-4;
+  p.betas = {{0.9, 0.95}};
+  p.eps = 1e-8;
+  p.weight_decay = 0.1;
+  p.warmup_steps = 100;
+  p.total_steps = 1000;
+  p.hidden_size = 1024;
+  p.precision = "bf16";
+  std::vector<AutoFill> filled;
+  StatusOr<EngineConfig> c = ParseEngineConfig(kTemplate, p, &filled);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_FALSE(c->fp16.enabled);
+  EXPECT_TRUE(c->bf16.enabled);
+  EXPECT_EQ(c->optimizer.lr, 3e-4);
+  EXPECT_EQ(c->optimizer.betas[1], 0.95);
+  EXPECT_EQ(c->optimizer.weight_decay, 0.1);
+  EXPECT_EQ(c->scheduler.warmup_min_lr, 0.0);
+  EXPECT_EQ(c->scheduler.warmup_max_lr, 3e-4);
+  EXPECT_EQ(c->scheduler.warmup_num_steps, 100);
+  EXPECT_EQ(c->scheduler.total_num_steps, 1000);
+  EXPECT_EQ(c->zero_optimization.reduce_bucket_size, 1024 * 1024);
+  EXPECT_EQ(c->zero_optimization.stage3_prefetch_bucket_size, 943718);  // int(0.9 x 1024^2)
+  EXPECT_EQ(c->zero_optimization.stage3_param_persistence_threshold, 10240);
+  EXPECT_EQ(c->gradient_clipping, 1.0);
+  EXPECT_EQ(c->train_micro_batch_size_per_gpu, 4);
+  EXPECT_EQ(c->gradient_accumulation_steps, 2);
+  EXPECT_EQ(c->train_batch_size, 64);
+  ASSERT_EQ(filled.size(), 17u);
+  EXPECT_EQ(filled[0].key, "bf16.enabled");  // keys in sorted order, as the JSON object keeps
+  EXPECT_EQ(filled[0].value, "true");
+  bool saw_bucket = false;
+  for (const AutoFill& f : filled) {
+    if (f.key == "zero_optimization.reduce_bucket_size") {
+      saw_bucket = true;
+      EXPECT_EQ(f.value, "1048576");
+      EXPECT_EQ(f.from, "hidden_size^2");
+    }
+  }
+  EXPECT_TRUE(saw_bucket);
 }
 
 TEST(EngineConfigTest, Fp16AndBf16TogetherAreAnError) {
@@ -322,6 +523,38 @@ TEST(EngineConfigTest, MalformedJsonNamesTheLineAndColumn) {
 
 // Gives every key a value other than its default, except the few whose only other values are
 // errors with the rest of this config (offload devices) or conflict with another key (bf16 with fp16).
+// Every parameter of `type` off its default (SchedulerParamNames), the others at theirs.
+SchedulerConfig NonDefaultScheduler(SchedulerType type) {
+  SchedulerConfig s;
+  s.type = type;
+  for (const std::string& name : SchedulerParamNames(type)) {
+    if (name == "warmup_min_lr") s.warmup_min_lr = 1e-5;
+    if (name == "warmup_max_lr") s.warmup_max_lr = 2e-3;
+    if (name == "warmup_num_steps") s.warmup_num_steps = 17;
+    if (name == "warmup_type") s.warmup_type = WarmupType::kLinear;
+    if (name == "total_num_steps") s.total_num_steps = 170;
+    if (name == "warmup_min_ratio") s.warmup_min_ratio = 0.05;
+    if (name == "cos_min_ratio") s.cos_min_ratio = 0.3;
+    if (name == "cycle_min_lr") s.cycle_min_lr = 1e-4;
+    if (name == "cycle_max_lr") s.cycle_max_lr = 1e-2;
+    if (name == "decay_lr_rate") s.decay_lr_rate = 0.5;
+    if (name == "cycle_first_step_size") s.cycle_first_step_size = 11;
+    if (name == "cycle_second_step_size") s.cycle_second_step_size = 7;
+    if (name == "cycle_first_stair_count") s.cycle_first_stair_count = 3;
+    if (name == "cycle_second_stair_count") s.cycle_second_stair_count = 2;
+    if (name == "decay_step_size") s.decay_step_size = 5;
+    if (name == "cycle_momentum") s.cycle_momentum = false;
+    if (name == "cycle_min_mom") s.cycle_min_mom = 0.85;
+    if (name == "cycle_max_mom") s.cycle_max_mom = 0.95;
+    if (name == "decay_mom_rate") s.decay_mom_rate = 0.01;
+    if (name == "lr_range_test_min_lr") s.lr_range_test_min_lr = 1e-5;
+    if (name == "lr_range_test_step_size") s.lr_range_test_step_size = 10;
+    if (name == "lr_range_test_step_rate") s.lr_range_test_step_rate = 2.5;
+    if (name == "lr_range_test_staircase") s.lr_range_test_staircase = true;
+  }
+  return s;
+}
+
 EngineConfig NonDefaultConfig() {
   EngineConfig c;
   c.train_batch_size = 48;
@@ -340,6 +573,7 @@ EngineConfig NonDefaultConfig() {
   z.stage3_max_live_parameters = 2;
   z.stage3_max_reuse_distance = 3;
   z.stage3_param_persistence_threshold = 4;
+  z.stage3_gather_16bit_weights_on_model_save = true;
   z.sub_group_size = 5;
   for (OffloadConfig* o : {&z.offload_optimizer, &z.offload_param}) {
     o->nvme_path = "/scratch/zs";
@@ -366,15 +600,12 @@ EngineConfig NonDefaultConfig() {
                  .betas = {0.8, 0.99},
                  .eps = 1.0 / 3e7,
                  .weight_decay = 0.05,
+                 .adam_w_mode = false,
+                 .torch_adam = true,
                  .momentum = 0.5,
                  .nesterov = true,
                  .initial_accumulator_value = 0.125};
-  c.scheduler.type = SchedulerType::kWarmupCosineLR;
-  c.scheduler.warmup_min_lr = 1e-5;
-  c.scheduler.warmup_max_lr = 2e-3;
-  c.scheduler.warmup_num_steps = 17;
-  c.scheduler.total_num_steps = 170;
-  c.scheduler.cos_min_ratio = 0.3;
+  c.scheduler = NonDefaultScheduler(SchedulerType::kWarmupCosineLR);
   c.zerostack = {.comm_timeout_ms = 1234,
                  .max_inflight_buckets = 5,
                  .alignment = 128,
@@ -392,6 +623,7 @@ EngineConfig NonDefaultConfig() {
 }
 
 TEST(EngineConfigTest, ToJsonRoundTripsEveryKey) {
+  // (scheduler.params: per type, SchedulerParamsRoundTripPerType.)
   const EngineConfig c = NonDefaultConfig();
   std::string text = EngineConfigToJson(c);
   StatusOr<EngineConfig> back = ParseEngineConfig(text);
@@ -404,7 +636,8 @@ TEST(EngineConfigTest, ToJsonRoundTripsEveryKey) {
   // the JSON holds every key that has a field.
   const std::set<std::string> unchanged = {"zero_optimization.offload_optimizer.device",
                                            "zero_optimization.offload_param.device",
-                                           "bf16.enabled"};
+                                           "bf16.enabled",
+                                           "optimizer.params.bias_correction"};  // false: refused
   Json json = Json::parse(text);
   Json defaults = Json::parse(EngineConfigToJson(EngineConfig{}));
   for (const ConfigKeyInfo& key : EngineConfigKeys()) {
@@ -414,6 +647,7 @@ TEST(EngineConfigTest, ToJsonRoundTripsEveryKey) {
       EXPECT_FALSE(json.contains(Json::json_pointer(pointer))) << key.path;
       continue;
     }
+    if (key.path.starts_with("scheduler.params.")) continue;
     ASSERT_TRUE(json.contains(Json::json_pointer(pointer))) << key.path;
     EXPECT_EQ(defaults[Json::json_pointer(pointer)], Json::parse(key.default_json)) << key.path;
     if (unchanged.count(key.path) == 0) {
@@ -440,48 +674,209 @@ TEST(EngineConfigTest, KeyListHasUniquePathsAndFullInfo) {
   EXPECT_TRUE(paths.count("scheduler.params.cos_min_ratio"));
 }
 
-TEST(EngineConfigTest, SchedulerFollowsItsFormulas) {
+// DeepSpeed's schedulers, step by step, against values worked out by hand from DeepSpeed's
+// definitions ([Note: DeepSpeed's step offset]: optimizer step s is DeepSpeed's
+// last_batch_iteration s - 1, and the first step runs with the value the constructor set).
+TEST(EngineConfigTest, SchedulersFollowDeepSpeedStepByStep) {
+  const double base = 0.5;  // optimizer.params.lr
   SchedulerConfig s;
+  s.type = SchedulerType::kNone;
+  for (int64_t step : {0, 5, 1000}) EXPECT_EQ(s.LearningRate(step, base), base);
+
+  // WarmupLR, log (DeepSpeed's default): min + (max - min) ln(i + 1) / ln(W).
+  s = SchedulerConfig{};
+  s.type = SchedulerType::kWarmupLR;
+  s.warmup_min_lr = 1e-4;
+  s.warmup_max_lr = 1e-3;
+  s.warmup_num_steps = 10;
+  const double lo = 1e-4, d = 9e-4;
+  EXPECT_EQ(s.LearningRate(0, base), lo);  // the constructor's value
+  EXPECT_EQ(s.LearningRate(1, base), lo);  // i = 0: ln 1 = 0
+  EXPECT_DOUBLE_EQ(s.LearningRate(2, base), lo + d * std::log(2.0) / std::log(10.0));
+  EXPECT_DOUBLE_EQ(s.LearningRate(5, base), lo + d * std::log(5.0) / std::log(10.0));
+  EXPECT_DOUBLE_EQ(s.LearningRate(10, base), 1e-3);  // i = 9: ln 10 / ln 10
+  EXPECT_EQ(s.LearningRate(11, base), lo + d);
+  EXPECT_EQ(s.LearningRate(100000, base), lo + d);
+  s.warmup_type = WarmupType::kLinear;  // i / W
+  EXPECT_EQ(s.LearningRate(0, base), lo);
+  EXPECT_EQ(s.LearningRate(1, base), lo);
+  EXPECT_DOUBLE_EQ(s.LearningRate(4, base), lo + d * 0.3);
+  EXPECT_DOUBLE_EQ(s.LearningRate(10, base), lo + d * 0.9);
+  EXPECT_EQ(s.LearningRate(11, base), lo + d);
+  s.warmup_max_lr.reset();  // DeepSpeed: the optimizer's lr
+  EXPECT_EQ(s.LearningRate(11, base), base);
+  s.warmup_num_steps = 1;  // DeepSpeed warms up over at least 2 steps
+  s.warmup_type = WarmupType::kLog;
+  EXPECT_EQ(s.LearningRate(1, base), lo);
+  EXPECT_DOUBLE_EQ(s.LearningRate(2, base), base);
+
+  // WarmupDecayLR: the warm-up, then (T - i) / (T - W) down to 0 at i = T.
+  s = SchedulerConfig{};
+  s.type = SchedulerType::kWarmupDecayLR;
   s.warmup_min_lr = 1e-4;
   s.warmup_max_lr = 1e-3;
   s.warmup_num_steps = 10;
   s.total_num_steps = 110;
-  s.cos_min_ratio = 0.1;
-  const double base = 0.5;
-  const double lo = s.warmup_min_lr, hi = s.warmup_max_lr;
+  s.warmup_type = WarmupType::kLinear;
+  EXPECT_DOUBLE_EQ(s.LearningRate(4, base), lo + d * 0.3);
+  EXPECT_EQ(s.LearningRate(11, base), lo + d);       // i = 10: 100 / 100
+  EXPECT_EQ(s.LearningRate(61, base), lo + d * 0.5);  // i = 60: 50 / 100
+  EXPECT_EQ(s.LearningRate(111, base), lo);          // i = 110
+  EXPECT_EQ(s.LearningRate(500, base), lo);          // clamped at 0
 
-  s.type = SchedulerType::kNone;
-  for (int64_t step : {0, 5, 1000}) EXPECT_EQ(s.LearningRate(step, base), base);
-
-  s.type = SchedulerType::kWarmupLR;
-  EXPECT_DOUBLE_EQ(s.LearningRate(0, base), lo);
-  EXPECT_DOUBLE_EQ(s.LearningRate(3, base), lo + (hi - lo) * 0.3);
-  EXPECT_DOUBLE_EQ(s.LearningRate(9, base), lo + (hi - lo) * 0.9);
-  EXPECT_DOUBLE_EQ(s.LearningRate(10, base), hi);
-  EXPECT_DOUBLE_EQ(s.LearningRate(100000, base), hi);
-  EXPECT_DOUBLE_EQ(s.LearningRate(-4, base), lo);
-
+  // WarmupCosineLR: ratios of optimizer.params.lr; 0 before the first scheduler step.
+  s = SchedulerConfig{};
   s.type = SchedulerType::kWarmupCosineLR;
-  EXPECT_DOUBLE_EQ(s.LearningRate(0, base), lo);
-  EXPECT_DOUBLE_EQ(s.LearningRate(5, base), lo + (hi - lo) * 0.5);
-  EXPECT_DOUBLE_EQ(s.LearningRate(10, base), hi);
-  // Halfway through the decay (step 60 of 10..110) the cosine term is 1/2.
-  EXPECT_DOUBLE_EQ(s.LearningRate(60, base), hi * (0.1 + 0.9 * 0.5));
-  double p = 25.0 / 100.0;
-  EXPECT_DOUBLE_EQ(s.LearningRate(35, base),
-                   hi * (0.1 + 0.9 * 0.5 * (1.0 + std::cos(std::numbers::pi * p))));
-  EXPECT_DOUBLE_EQ(s.LearningRate(110, base), 0.1 * hi);
-  EXPECT_DOUBLE_EQ(s.LearningRate(5000, base), 0.1 * hi);
-  // Monotone decay after the warm-up.
-  for (int64_t step = 10; step < 110; ++step) {
+  s.total_num_steps = 110;
+  s.warmup_num_steps = 10;
+  s.warmup_min_ratio = 0.1;
+  s.cos_min_ratio = 0.1;
+  s.warmup_type = WarmupType::kLinear;
+  EXPECT_EQ(s.LearningRate(0, base), 0.0);
+  EXPECT_DOUBLE_EQ(s.LearningRate(1, base), base * 0.1);             // i = 0
+  EXPECT_DOUBLE_EQ(s.LearningRate(6, base), base * (0.1 + 0.5 * 0.9));  // i = 5
+  EXPECT_DOUBLE_EQ(s.LearningRate(10, base), base * (0.1 + 0.9 * 0.9));  // i = 9
+  // i = 10: the first cosine step, p = (10 - 10 + 1) / 100.
+  EXPECT_DOUBLE_EQ(s.LearningRate(11, base),
+                   base * (0.1 + 0.9 * (1 + std::cos(std::numbers::pi * 0.01)) / 2));
+  EXPECT_DOUBLE_EQ(s.LearningRate(60, base), base * (0.1 + 0.9 * 0.5));  // p = 1/2
+  EXPECT_DOUBLE_EQ(s.LearningRate(110, base), base * 0.1);               // p = 1
+  EXPECT_DOUBLE_EQ(s.LearningRate(5000, base), base * 0.1);
+  // DeepSpeed's warm-up ends below the peak (0.91 at i = 9) and the cosine starts near it.
+  for (int64_t step = 11; step < 110; ++step) {
     EXPECT_GE(s.LearningRate(step, base), s.LearningRate(step + 1, base)) << step;
   }
-  // No warm-up, no decay span.
-  s.warmup_num_steps = 0;
-  s.total_num_steps = 0;
-  EXPECT_DOUBLE_EQ(s.LearningRate(0, base), 0.1 * hi);
-  s.type = SchedulerType::kWarmupLR;
-  EXPECT_DOUBLE_EQ(s.LearningRate(0, base), hi);
+  s.warmup_type = WarmupType::kLog;
+  EXPECT_DOUBLE_EQ(s.LearningRate(4, base),
+                   base * (0.1 + 0.9 * std::log(4.0) / std::log(10.0)));  // i = 3
+
+  // OneCycle: 0.1 up to 1.1 over 10 steps and back over 10, then decay every 5 steps at 0.5;
+  // beta1 the other way between 0.9 and 0.8, beta2 0.99.
+  s = SchedulerConfig{};
+  s.type = SchedulerType::kOneCycle;
+  s.cycle_min_lr = 0.1;
+  s.cycle_max_lr = 1.1;
+  s.cycle_first_step_size = 10;
+  s.decay_step_size = 5;
+  s.decay_lr_rate = 0.5;
+  s.decay_mom_rate = 0.1;
+  auto one_cycle = MakeLrSchedule(s, base);
+  auto betas = [&](int64_t step) { return one_cycle->Betas(step).value(); };
+  EXPECT_EQ(one_cycle->At(0), 0.1);  // the constructor's value, and its momentum
+  EXPECT_EQ(betas(0)[0], 0.8);
+  EXPECT_EQ(betas(0)[1], 0.99);
+  EXPECT_DOUBLE_EQ(one_cycle->At(5), 0.6);  // halfway up
+  EXPECT_DOUBLE_EQ(betas(5)[0], 0.85);
+  EXPECT_DOUBLE_EQ(one_cycle->At(10), 1.1);  // the top
+  EXPECT_DOUBLE_EQ(betas(10)[0], 0.8);
+  EXPECT_DOUBLE_EQ(one_cycle->At(15), 0.6);  // halfway down
+  EXPECT_DOUBLE_EQ(one_cycle->At(20), 0.1);  // i = 19: the cycle's end
+  EXPECT_DOUBLE_EQ(betas(20)[0], 0.9);
+  EXPECT_DOUBLE_EQ(one_cycle->At(21), 0.1 / (1 + 0.5 * 0.2));  // i = 20: decay interval 1/5
+  EXPECT_DOUBLE_EQ(betas(21)[0], 0.9 * (1 + 0.1 * 0.2));
+  EXPECT_DOUBLE_EQ(one_cycle->At(30), 0.1 / 2);
+  EXPECT_EQ(betas(30)[1], 0.99);
+  s.cycle_first_stair_count = 2;  // the second half takes the first's count when not given
+  one_cycle = MakeLrSchedule(s, base);
+  EXPECT_DOUBLE_EQ(one_cycle->At(3), 0.1);  // stair 0 of 2: floor(3 * 2 / 10) = 0
+  EXPECT_DOUBLE_EQ(one_cycle->At(5), 0.6);  // stair 1
+  EXPECT_DOUBLE_EQ(one_cycle->At(10), 1.1);
+  EXPECT_DOUBLE_EQ(one_cycle->At(12), 0.6);  // falling: floor((20 - 12) * 2 / 10) = 1
+  EXPECT_DOUBLE_EQ(one_cycle->At(16), 0.1);
+  s.cycle_momentum = false;
+  EXPECT_FALSE(MakeLrSchedule(s, base)->Betas(5).has_value());
+  s.decay_step_size = 0;  // no decay: the cycle's minimum after it
+  s.cycle_first_stair_count = 0;
+  EXPECT_EQ(MakeLrSchedule(s, base)->At(50), 0.1);
+
+  // LRRangeTest: min (1 + rate (i + 1) / size), floored with staircase.
+  s = SchedulerConfig{};
+  s.type = SchedulerType::kLRRangeTest;
+  s.lr_range_test_min_lr = 1e-3;
+  s.lr_range_test_step_size = 10;
+  s.lr_range_test_step_rate = 2;
+  EXPECT_EQ(s.LearningRate(0, base), 1e-3);
+  EXPECT_DOUBLE_EQ(s.LearningRate(5, base), 2e-3);
+  EXPECT_DOUBLE_EQ(s.LearningRate(10, base), 3e-3);
+  s.lr_range_test_staircase = true;
+  EXPECT_EQ(s.LearningRate(5, base), 1e-3);
+  EXPECT_DOUBLE_EQ(s.LearningRate(10, base), 3e-3);
+  EXPECT_DOUBLE_EQ(s.LearningRate(19, base), 3e-3);
+}
+
+// Each type writes exactly its own parameters and reads them back unchanged.
+TEST(EngineConfigTest, SchedulerParamsRoundTripPerType) {
+  for (SchedulerType type :
+       {SchedulerType::kNone, SchedulerType::kWarmupLR, SchedulerType::kWarmupDecayLR,
+        SchedulerType::kWarmupCosineLR, SchedulerType::kOneCycle, SchedulerType::kLRRangeTest}) {
+    EngineConfig c;
+    c.scheduler = NonDefaultScheduler(type);
+    const std::string text = EngineConfigToJson(c);
+    StatusOr<EngineConfig> back = ParseEngineConfig(text);
+    ASSERT_TRUE(back.ok()) << back.status().ToString() << "\n" << text;
+    EXPECT_EQ(back->scheduler, c.scheduler) << text;
+    const Json json = Json::parse(text);
+    std::set<std::string> written;
+    if (json["scheduler"].contains("params")) {
+      for (const auto& [name, value] : json["scheduler"]["params"].items()) written.insert(name);
+    }
+    const std::vector<std::string>& names = SchedulerParamNames(type);
+    EXPECT_EQ(written, std::set<std::string>(names.begin(), names.end())) << text;
+  }
+  // Unset optional parameters stay unset.
+  EngineConfig c;
+  c.scheduler.type = SchedulerType::kOneCycle;
+  StatusOr<EngineConfig> back = ParseEngineConfig(EngineConfigToJson(c));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_FALSE(back->scheduler.cycle_second_step_size.has_value());
+  EXPECT_FALSE(back->scheduler.warmup_max_lr.has_value());
+}
+
+// [Note: batch sizes as DeepSpeed]: any two determine the third at the world size.
+TEST(EngineConfigTest, BatchSizesResolveAsDeepSpeedResolvesThem) {
+  auto resolve = [](const char* text, int world) -> StatusOr<EngineConfig> {
+    StatusOr<EngineConfig> c = ParseEngineConfig(text);
+    if (!c.ok()) return c.status();
+    ZS_RETURN_IF_ERROR(c->ResolveBatchSizes(world, "ds.json"));
+    return c;
+  };
+  auto expect = [&](const char* text, int world, int64_t train, int64_t micro, int64_t ga) {
+    StatusOr<EngineConfig> c = resolve(text, world);
+    ASSERT_TRUE(c.ok()) << text << ": " << c.status().ToString();
+    EXPECT_EQ(c->train_batch_size, train) << text;
+    EXPECT_EQ(c->train_micro_batch_size_per_gpu, micro) << text;
+    EXPECT_EQ(c->gradient_accumulation_steps, ga) << text;
+  };
+  expect(R"({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4})", 4, 64, 4, 4);
+  expect(R"({"train_batch_size": 64, "gradient_accumulation_steps": 2})", 4, 64, 8, 2);
+  expect(R"({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2})", 4, 32, 4,
+         2);
+  expect(R"({"train_batch_size": 64})", 8, 64, 8, 1);
+  expect(R"({"train_micro_batch_size_per_gpu": 3})", 5, 15, 3, 1);
+  expect(R"({"train_batch_size": 24, "train_micro_batch_size_per_gpu": 4,
+             "gradient_accumulation_steps": 2})", 3, 24, 4, 2);
+  // A true mismatch names the file, the three values with their origin, and the world size.
+  Status s = resolve(R"({"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4})", 4)
+                 .status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  for (const char* part : {"config ds.json", "train_batch_size 30 (given)",
+                           "train_micro_batch_size_per_gpu 4 (given)",
+                           "gradient_accumulation_steps 1 (derived)", "world size 4"}) {
+    EXPECT_THAT(s.message(), HasSubstr(part)) << s.message();
+  }
+  s = resolve(R"({"train_batch_size": 24, "train_micro_batch_size_per_gpu": 4,
+                  "gradient_accumulation_steps": 2})", 4).status();
+  EXPECT_THAT(s.message(), HasSubstr("gradient_accumulation_steps 2 (given)"));
+  s = resolve(R"({"train_batch_size": 4, "train_micro_batch_size_per_gpu": 8})", 2).status();
+  EXPECT_THAT(s.message(), HasSubstr("no whole micro-batch or accumulation step"));
+  s = resolve(R"({"gradient_accumulation_steps": 4})", 2).status();
+  EXPECT_THAT(s.message(), HasSubstr("neither train_batch_size nor train_micro_batch_size_per_gpu"));
+  // A config built in code gives its micro-batch and accumulation steps.
+  EngineConfig c;
+  c.train_micro_batch_size_per_gpu = 2;
+  c.gradient_accumulation_steps = 3;
+  ASSERT_TRUE(c.ResolveBatchSizes(4, "").ok());
+  EXPECT_EQ(c.train_batch_size, 24);
 }
 
 TEST(EngineConfigTest, ValidateForWorldChecksTheBatchProduct) {
@@ -515,6 +910,41 @@ class TempDir {
   }
   std::filesystem::path path_;
 };
+
+// [Note: bounded input] Hostile configs are refused quickly, with bounded messages: deep
+// nesting (100,000 '[' overflowed the stack; 100,000 '{"a":' took 9.6 GB in the duplicate-key
+// path), a token of megabytes, a device file, a huge file.
+TEST(EngineConfigTest, HostileInputsAreBoundedErrors) {
+  const std::string brackets(100'000, '[');
+  std::string objects;
+  for (int i = 0; i < 100'000; ++i) objects += "{\"a\":";
+  for (const std::string* text : {&brackets, static_cast<const std::string*>(&objects)}) {
+    Status s = ParseEngineConfig(*text).status();
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(s.message(), HasSubstr("more than 32 levels deep"));
+    // The 33rd opening: column 33 of the brackets, 32 x 5 + 1 of the objects.
+    EXPECT_THAT(s.message(), HasSubstr(text == &brackets ? "column 33)" : "column 161)"));
+  }
+  // Brackets inside strings do not count; 32 levels are fine as JSON (and then refused as keys).
+  Status quoted = ParseEngineConfig(R"({"optimizer": {"type": ")" + brackets + "\"}}").status();
+  EXPECT_THAT(quoted.message(), HasSubstr("optimizer.type"));
+  EXPECT_THAT(quoted.message(), Not(HasSubstr("levels deep")));
+  EXPECT_LT(quoted.message().size(), 400u);
+  const std::string long_token = "{\"a\": " + std::string(1 << 20, '7') + "x}";
+  Status s = ParseEngineConfig(long_token).status();
+  EXPECT_THAT(s.message(), HasSubstr("malformed JSON"));
+  EXPECT_LT(s.message().size(), 400u);
+
+  s = LoadEngineConfig("/dev/zero").status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("/dev/zero: not a regular file"));
+  TempDir dir;
+  const std::string huge = dir.Write("huge.json", "{}");
+  std::filesystem::resize_file(huge, (uintmax_t{16} << 20) + 1);  // sparse
+  s = LoadEngineConfig(huge).status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("16777217 bytes"));
+}
 
 TEST(EngineConfigTest, LoadNamesThePath) {
   TempDir dir;

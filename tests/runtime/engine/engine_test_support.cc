@@ -58,6 +58,7 @@ StatusOr<RunResult> Train(const RunSpec& spec) {
           double loss = 0;
           for (int m = 0; m < spec.config.gradient_accumulation_steps; ++m) {
             FillBatch(model, step, m, rank, spec.world, spec.micro_batch, x, y);
+            if (step == spec.nan_input_step && rank == 0) x[0] = std::nanf("");
             ZS_ASSIGN_OR_RETURN(double l, model.ForwardBackward(*engine, x, y, spec.micro_batch));
             loss += l / spec.config.gradient_accumulation_steps;
           }

@@ -26,6 +26,8 @@ struct RunSpec {
   // ParamSpec::group for every parameter of these units ("layer.k" -> group name).
   std::map<std::string, std::string> unit_groups;
   std::string device = "cpu";  // a CreateDevice spec ("budgeted-cpu:64K")
+  // At this step (-1: none) rank 0's first input value is NaN (a diverged run's data).
+  int nan_input_step = -1;
   // Called on every rank after each step (e.g. to read the engine's reports).
   std::function<Status(int rank, int step, ZeroEngine&)> after_step;
   // Empty, or one recorder per rank (not owned) that the engines trace into.

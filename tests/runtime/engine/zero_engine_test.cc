@@ -3,8 +3,10 @@
 // stage 3's live-parameter cap, and misuse errors.
 #include "runtime/engine/zero_engine.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -96,6 +98,7 @@ TEST(ZeroEngine, EveryOptimizerIsBitIdenticalAcrossStages) {
       spec.world = 3;
       spec.config = BaseConfig(stage);
       spec.config.optimizer.type = type;
+      spec.config.optimizer.adam_w_mode = type != OptimizerType::kAdam;  // Adam: L2 (AdamW: the others)
       spec.config.optimizer.momentum = type == OptimizerType::kSgd ? 0.9 : 0.0;
       spec.config.optimizer.nesterov = type == OptimizerType::kSgd;
       spec.config.optimizer.initial_accumulator_value = 0.1;
@@ -221,6 +224,27 @@ TEST(ZeroEngine, Fp16OverflowSkipsOnEveryRankAndLowersTheScale) {
     digests.push_back(r->digest);
   }
   EXPECT_EQ(digests[0], digests[1]);
+}
+
+// Without fp16's loss scaling a non-finite gradient is a diverged run, not a step to skip:
+// Step() fails on every rank at once, naming the step and the norm (before: a NaN loss
+// trained on silently).
+TEST(ZeroEngine, NonFiniteGradientStopsTheRunWithoutFp16) {
+  for (int stage : {0, 3}) {
+    for (bool bf16 : {false, true}) {
+      RunSpec spec;
+      spec.world = 2;
+      spec.steps = 3;
+      spec.config = BaseConfig(stage);
+      spec.config.bf16.enabled = bf16;
+      spec.nan_input_step = 1;
+      auto r = Train(spec);
+      ASSERT_FALSE(r.ok()) << "stage " << stage;
+      EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition) << r.status().ToString();
+      EXPECT_THAT(r.status().message(), ::testing::HasSubstr("optimizer step 2"));
+      EXPECT_THAT(r.status().message(), ::testing::HasSubstr("is nan"));
+    }
+  }
 }
 
 TEST(ZeroEngine, MemoryMatchesTheZeroFormulas) {
@@ -420,6 +444,59 @@ TEST(ZeroEngine, ParamGroupsStepWithTheirOwnHyperParameters) {
   // Groups that repeat optimizer.params are no groups at all.
   const RunResult same = run(2, {{.name = "input"}, {.name = "head"}});
   EXPECT_EQ(same.digest, plain.digest);
+}
+
+// DeepSpeed's OneCycle moves Adam's betas ((momentum, 0.99), for every group): the engine
+// must step with them. With a flat cycle (min = max for the lr and for beta1) the scheduled run
+// equals a run without a scheduler whose optimizer has those betas, bit for bit, at every
+// stage, and differs from the optimizer's own betas.
+TEST(ZeroEngine, OneCycleStepsWithItsBetas) {
+  using Betas = std::array<double, 2>;
+  auto run = [](int stage, bool one_cycle, Betas betas, Betas head_betas) {
+    RunSpec spec;
+    spec.world = 2;
+    spec.config = BaseConfig(stage);
+    spec.config.optimizer.betas = betas;
+    spec.config.zerostack.param_groups = {{.name = "head", .betas = head_betas}};
+    spec.unit_groups = {{"layer.2", "head"}};
+    if (one_cycle) {
+      SchedulerConfig& s = spec.config.scheduler;
+      s.type = SchedulerType::kOneCycle;
+      s.cycle_min_lr = s.cycle_max_lr = spec.config.optimizer.lr;
+      s.cycle_first_step_size = 2;
+      s.cycle_min_mom = s.cycle_max_mom = 0.8;
+    }
+    auto r = Train(spec);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? r->digest : 0;
+  };
+  const uint64_t scheduled = run(0, true, {0.9, 0.999}, {0.7, 0.9});
+  EXPECT_EQ(scheduled, run(0, false, {0.8, 0.99}, {0.8, 0.99}));
+  EXPECT_NE(scheduled, run(0, false, {0.8, 0.99}, {0.7, 0.9}));  // the group's betas too
+  EXPECT_NE(scheduled, run(0, false, {0.9, 0.999}, {0.7, 0.9}));
+  for (int stage = 1; stage <= 3; ++stage) {
+    EXPECT_EQ(run(stage, true, {0.9, 0.999}, {0.7, 0.9}), scheduled) << "stage " << stage;
+  }
+}
+
+// DeepSpeed's "Adam" decouples the weight decay unless adam_w_mode is false: by default it
+// steps as "AdamW", bit for bit, and with adam_w_mode false as Adam with L2 (another result,
+// since BaseConfig's weight decay is 0.1).
+TEST(ZeroEngine, AdamFollowsDeepSpeedsAdamWMode) {
+  auto run = [](OptimizerType type, bool adam_w_mode) {
+    RunSpec spec;
+    spec.world = 2;
+    spec.config = BaseConfig(2);
+    spec.config.optimizer.type = type;
+    spec.config.optimizer.adam_w_mode = adam_w_mode;
+    auto r = Train(spec);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? r->digest : 0;
+  };
+  const uint64_t adamw = run(OptimizerType::kAdamW, true);
+  EXPECT_EQ(run(OptimizerType::kAdam, true), adamw);
+  EXPECT_NE(run(OptimizerType::kAdam, false), adamw);
+  EXPECT_EQ(run(OptimizerType::kAdamW, false), adamw);  // AdamW always decouples
 }
 
 TEST(ZeroEngine, ParamGroupThatNamesNoParameterIsAnError) {

@@ -311,6 +311,83 @@ TEST_F(GatherCoordinatorTest, SecondStepReplaysTheTraceAndPrefetches) {
   });
 }
 
+// [Note: evaluation trace] Forward-only passes between steps record and replay their own trace
+// and count their own stats: the training trace replays after them as if they had not run.
+TEST_F(GatherCoordinatorTest, EvaluationPassesHaveTheirOwnTrace) {
+  const std::vector<int64_t> sizes(6, 10);
+  RunRanks(2, sizes, [&](RankEnv& env) -> Status {
+    GatherOptions options;
+    options.prefetch_elements = 50;
+    ZS_ASSIGN_OR_RETURN(auto gc, env.Create(options));
+    auto expect_refused = [](Status s, const char* what) -> Status {
+      if (s.code() != StatusCode::kFailedPrecondition) {
+        return InternalError(fmt::format("{}: got {}", what, s.ToString()));
+      }
+      return OkStatus();
+    };
+    ZS_RETURN_IF_ERROR(expect_refused(gc->EndEvaluation(), "EndEvaluation first"));
+    // An evaluation before the first training step, in another order.
+    const std::string eval_ops = Sequential({5, 3, 1, 0});
+    auto evaluate = [&]() -> Status {
+      ZS_RETURN_IF_ERROR(gc->BeginEvaluation());
+      if (!gc->evaluating()) return InternalError("not evaluating");
+      std::istringstream in(eval_ops);
+      std::string token;
+      while (in >> token) {
+        const int unit = std::stoi(token.substr(1));
+        if (token[0] == '+') {
+          ZS_ASSIGN_OR_RETURN(const void* data, gc->Acquire(unit));
+          ZS_RETURN_IF_ERROR(CheckContents(env, unit, data, 0));
+        } else {
+          ZS_RETURN_IF_ERROR(gc->Release(unit));
+        }
+      }
+      ZS_RETURN_IF_ERROR(gc->EndEvaluation());
+      if (gc->evaluating() || gc->live_elements() != 0) {
+        return InternalError(fmt::format("after EndEvaluation: evaluating {}, {} live",
+                                         gc->evaluating(), gc->live_elements()));
+      }
+      return OkStatus();
+    };
+    ZS_RETURN_IF_ERROR(evaluate());
+    EXPECT_FALSE(gc->trace_recorded());
+    EXPECT_EQ(gc->stats().gathers, 0);
+    EXPECT_EQ(gc->eval_stats().demand_gathers, 4);
+    const std::string ops = Sequential({0, 1, 2, 3, 4, 5});
+    ZS_RETURN_IF_ERROR(RunStep(*gc, env, ops, 0));
+    EXPECT_TRUE(gc->trace_recorded());
+    for (int step = 1; step < 3; ++step) {
+      ZS_RETURN_IF_ERROR(evaluate());
+      gc->ResetStats();
+      // Mid-step, evaluation is refused and changes nothing.
+      ZS_ASSIGN_OR_RETURN(const void* data, gc->Acquire(0));
+      ZS_RETURN_IF_ERROR(CheckContents(env, 0, data, 0));
+      ZS_RETURN_IF_ERROR(expect_refused(gc->BeginEvaluation(), "BeginEvaluation mid-step"));
+      ZS_RETURN_IF_ERROR(gc->Release(0));
+      ZS_RETURN_IF_ERROR(expect_refused(gc->BeginEvaluation(), "after the first release"));
+      ZS_RETURN_IF_ERROR(RunStep(*gc, env, Sequential({1, 2, 3, 4, 5}), 0));
+      EXPECT_EQ(gc->stats().demand_gathers, 1);
+      EXPECT_EQ(gc->stats().prefetch_hits, 5);
+      EXPECT_EQ(gc->stats().trace_invalidations, 0);
+    }
+    // The evaluation trace replays as well: after the recording pass, prefetch hits.
+    gc->ResetStats();
+    ZS_RETURN_IF_ERROR(evaluate());
+    EXPECT_EQ(gc->eval_stats().demand_gathers, 1);
+    EXPECT_EQ(gc->eval_stats().prefetch_hits, 3);
+    EXPECT_EQ(gc->eval_stats().trace_invalidations, 0);
+    EXPECT_EQ(gc->stats().gathers, 0);
+    // EndEvaluation with a unit still acquired is refused and leaves the pass open.
+    ZS_RETURN_IF_ERROR(gc->BeginEvaluation());
+    ZS_ASSIGN_OR_RETURN(const void* held, gc->Acquire(5));
+    (void)held;
+    ZS_RETURN_IF_ERROR(expect_refused(gc->EndEvaluation(), "EndEvaluation while acquired"));
+    if (!gc->evaluating()) return InternalError("a refused EndEvaluation ended the pass");
+    ZS_RETURN_IF_ERROR(gc->Release(5));
+    return gc->EndEvaluation();
+  });
+}
+
 TEST_F(GatherCoordinatorTest, PrefetchOffGathersOnDemandOnly) {
   RunRanks(3, {4, 7, 2, 9}, [&](RankEnv& env) -> Status {
     GatherOptions options;

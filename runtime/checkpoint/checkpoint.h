@@ -1,0 +1,91 @@
+// Checkpoints: sharded, atomic, self-describing snapshots of a ZeroEngine's training state, in
+// model space, so that they load at another data-parallel world size or ZeRO stage.
+//
+// Contract
+// - [Note: checkpoint layout] SaveCheckpoint(engine, dp, ROOT, trainer) writes ROOT/step-NNNNNNNN/
+//   (N = the engine's step) holding manifest.json and one rank file per rank
+//   (shard_file.h, [Note: rank file format]), then points ROOT/latest (a one-line text file
+//   naming the step directory) at it. Older step directories stay (the caller prunes).
+// - [Note: atomic save] Every rank writes its file into ROOT/.tmp-step-NNNNNNNN and fsyncs it;
+//   the ranks all-gather their files' sizes and checksums; rank 0 then writes manifest.json
+//   (every file with its size and checksum), fsyncs it and the directory, moves the directory
+//   into place with one rename (an existing step directory of the same name is swapped out by
+//   renameat2(RENAME_EXCHANGE) and removed), fsyncs ROOT, writes ROOT/latest through a
+//   temporary file and a rename, and fsyncs ROOT again. A process killed at any moment leaves
+//   `latest` naming the last complete checkpoint (a stale .tmp-* directory is removed by the
+//   next save of that step).
+// - The manifest: format_version, step, world_size and stage at save, compute and state dtypes,
+//   the loss scaler's state, the engine config (EngineConfigToJson), the caller's opaque
+//   "trainer" object (data position, rng, ...), the model (units, parameters, shapes) and the
+//   files. With zero_optimization.stage3_gather_16bit_weights_on_model_save (stage 3), the
+//   consolidated 16-bit weights are written beside the rank files as model.16bit.safetensors
+//   (safetensors_export.h, as DeepSpeed's save_16bit_model) and listed as "consolidated_16bit".
+// - LoadCheckpoint(engine, dp, PATH): PATH is a step directory or a ROOT with `latest`. Every
+//   rank checks a share of the files' whole-file checksums (rank r the files r, r + W, ...),
+//   then reads, from whichever rank files hold them, the parameter ranges its optimizer range
+//   now covers (a layout conversion in model space; engine->LoadOwnedState does the rest).
+//   fp32 and bf16 states load exactly at any world size and stage; int8 states exactly where
+//   the saved block grid lines up with the engine's (same world size and stage always; see
+//   [Note: int8 blocks in checkpoints] in zero_engine.h), otherwise decoded and re-encoded.
+//   The model must match (unit and parameter names and shapes), else InvalidArgument naming the
+//   parameter. A missing, truncated or corrupt file is an error naming the file (and the
+//   parameter and array where one is at fault).
+// - Both are collective over `dp` (the communicator the engine was created with); every rank
+//   gets the same outcome (a failing rank's error reaches the others). ROOT must be on a file
+//   system every rank sees. They block the calling thread; one thread per rank.
+// - Costs: a save holds the rank's owned state in host memory while it writes its file; a load
+//   reads every rank file's header on every rank and, per parameter part, the saved arrays
+//   that overlap it.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "runtime/base/status.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/engine/zero_engine.h"
+
+namespace zs {
+
+struct CheckpointManifest {
+  struct File {
+    std::string name;  // relative to the checkpoint directory
+    int rank = 0;
+    int64_t bytes = 0;
+    uint64_t checksum = 0;  // FNV-1a 64 of the whole file
+  };
+  struct Param {
+    int unit = 0, param = 0;
+    std::string unit_name, name;  // name = "<unit name>.<param name>"
+    std::vector<int64_t> shape;
+    int64_t numel = 0;
+  };
+  int format_version = 0;
+  int64_t step = 0;
+  int world_size = 0;
+  int stage = 0;
+  std::string compute_dtype, state_dtype, optimizer;
+  EngineTrainingState training;
+  nlohmann::json config;   // the engine config at save
+  nlohmann::json trainer;  // the caller's object
+  std::vector<Param> params;
+  std::vector<File> files;
+  std::string dir;  // where it was read from (not stored)
+};
+
+// The step directory PATH names: PATH itself when it holds manifest.json, else ROOT/<latest>.
+StatusOr<std::string> ResolveCheckpointDir(const std::string& path);
+// Reads and checks manifest.json of PATH (resolved as above).
+StatusOr<CheckpointManifest> ReadCheckpointManifest(const std::string& path);
+
+// Collective. Returns the step directory written.
+StatusOr<std::string> SaveCheckpoint(ZeroEngine& engine, Communicator& dp, const std::string& root,
+                                     const nlohmann::json& trainer = nlohmann::json::object());
+
+// Collective. Returns the manifest it loaded (its trainer object included).
+StatusOr<CheckpointManifest> LoadCheckpoint(ZeroEngine& engine, Communicator& dp,
+                                            const std::string& path);
+
+}  // namespace zs

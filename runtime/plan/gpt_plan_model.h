@@ -1,0 +1,88 @@
+// GptPlanModel: what one rank of a GPT on a tp x pp x dp grid holds, as the planner needs it:
+// its pipeline stage's units (tp-local shapes, from tp::TpGpt's own spec), the bracket order of
+// one micro-batch, and the bytes of activations the model keeps.
+//
+// Contract
+// - Units and shapes come from the model code itself: tp::TpGpt::Create over a NullCommunicator
+//   of size tp (tp rank 0: replicated LayerNorm parameters and the padded vocabulary included),
+//   cut into pp stages by PartitionStages over TpGpt::SegmentCosts (GridGpt's default partition
+//   by parameter count). Nothing is allocated per element: a trillion-parameter GPT's stages
+//   are built in milliseconds.
+// - [Note: activations counted as the model keeps them] Activation bytes mirror the vectors the
+//   model code sizes (a vector's capacity is what it was resized to):
+//     data-parallel (tp = pp = 1, no recompute): nn::Gpt after ForwardBackward
+//       (NnGptActivationBytes: per block ln1/ln2 outputs and statistics, x1, two scratch rows,
+//       attention qkv, probabilities [B, A, T, T], context and their gradients, MLP pre/act/
+//       dact [rows, 4H]; per model the block inputs, ln_f, logits [rows, V], two scratch rows);
+//     grid (GptChunk, runtime/parallel/gpt): per micro-batch in flight its block inputs, each
+//       block's TpBlockActivations (none with recompute: one scratch block instead), the
+//       embedding's and the head's activations (logits [rows, Vp/tp]); 1F1B keeps
+//       min(pp - stage, micro_batches) micro-batches in flight on a stage, one of them with its
+//       backward scratch; plus one pipeline message each way and the tied-embedding link's
+//       wte-sized buffers under pp > 1. GptChunk reports to the tracker after each forward and
+//       after each backward has dropped its micro-batch, so its tracked peak
+//       (chunk_tracked_bytes) lacks the backward scratch: activation_bytes is the real peak.
+//   Megatron's formula (sbh(34 + 5as/h) bytes per layer, fp16) is printed beside it for
+//   reference; our CPU model keeps fp32 activations and the full attention probabilities.
+// - Errors: InvalidArgument naming the flag-level field and value (layers, hidden, heads,
+//   vocab, seq, micro_batch, tp, pp) for non-positive sizes, heads or 4H not divisible by tp,
+//   or more pipeline stages than layers + 2 segments.
+// - Threads: any.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/base/status.h"
+#include "runtime/nn/gpt.h"
+#include "runtime/plan/rank_memory_plan.h"
+
+namespace zs {
+
+struct GptShape {
+  int layers = 0;
+  int64_t hidden = 0;
+  int64_t heads = 0;
+  int64_t vocab = 0;
+  int64_t seq = 0;          // sequence length (and positions in wpe)
+  int64_t micro_batch = 1;  // sequences per micro-batch per dp rank
+};
+
+struct GridShape {
+  int tp = 1;
+  int pp = 1;
+  int dp = 1;
+  int world() const { return tp * pp * dp; }
+};
+
+// One pipeline stage's rank (tp rank 0 of it).
+struct StageModel {
+  int pp_rank = 0;
+  std::vector<PlanUnit> units;
+  std::vector<PlanBracket> order;  // one micro-batch
+  int64_t activation_bytes = 0;    // what the model keeps at its peak
+  // Of it, what the model code reports to the tracker (GptChunk::peak_activation_bytes: its
+  // micro-batches after their forwards, and its fixed buffers; nn::Gpt: everything).
+  int64_t chunk_tracked_bytes = 0;
+  int micro_batches_in_flight = 1;
+  std::string segments;  // "embed, block.0-block.11"
+};
+
+// The full model's parameter count (nn::Gpt's, tied embedding counted once).
+int64_t GptParameterCount(const GptShape& shape);
+
+// nn::Gpt::activation_bytes() after a ForwardBackward of `batch` x `seq`.
+int64_t NnGptActivationBytes(const nn::GptConfig& config, int64_t batch, int64_t seq);
+
+// Megatron-LM's activation estimate per rank (Korthikanti et al. 2022, no sequence parallelism):
+// layers_per_stage * s*b*h*(10 + 24/t + 5*a*s/(h*t)) bytes, or 2*s*b*h per layer with full
+// recompute, times the micro-batches in flight on the first stage.
+double MegatronActivationBytes(const GptShape& shape, const GridShape& grid, bool recompute,
+                               int micro_batches);
+
+// Every pp stage of the grid (pp entries). `micro_batches` per step (>= 1).
+StatusOr<std::vector<StageModel>> GptStages(const GptShape& shape, const GridShape& grid,
+                                            bool recompute, int micro_batches);
+
+}  // namespace zs
