@@ -23,6 +23,12 @@
 // steps and after the last; --resume DIR (a checkpoint or a --save-dir) continues from it.
 // --steps is the total: a run resumed at step k trains steps k .. --steps - 1, the same steps,
 // on the same data, as the run it continues (data-parallel runs only).
+// The config means what it means in DeepSpeed (docs/CONFIG.md): its "auto" keys take this
+// program's values (--micro-batch, --accumulation-steps, --lr, --warmup-steps, --grad-clip,
+// --precision, --steps, --hidden, the world size), each printed; its batch sizes resolve as
+// DeepSpeed resolves them at the data-parallel world size; steps_per_print paces the progress
+// lines unless --print-every is given. Sizes that cannot fit this host's memory are refused
+// before anything is allocated (CheckMemoryFits, from zero-plan's plan of the run).
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -36,6 +42,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <unistd.h>
 #include <string>
 #include <vector>
 
@@ -52,6 +59,7 @@
 #include "runtime/engine/zero_memory_model.h"
 #include "runtime/nn/gpt.h"
 #include "runtime/parallel/gpt/grid_gpt.h"
+#include "runtime/plan/cluster_plan.h"
 #include "runtime/topology/launch_info.h"
 
 namespace zs {
@@ -68,6 +76,13 @@ struct Args {
   int heads = 4;
   int seq = 64;
   int micro_batch = 0;  // 0: the config's train_micro_batch_size_per_gpu
+  // [Note: "auto" as the Hugging Face integration fills it] What train_gpt supplies for a
+  // config's "auto" keys, with the Hugging Face TrainingArguments' defaults.
+  int accumulation_steps = 1;
+  double lr = 5e-5;
+  int warmup_steps = 1;  // DeepSpeed's schedulers need at least 1 (and warm up over 2)
+  double grad_clip = 1.0;
+  std::string precision = "fp32";
   int stage = -1;       // -1: the config's zero_optimization.stage
   std::string report;
   int print_every = 10;
@@ -178,6 +193,69 @@ struct Shared {  // read-only after main() sets it up
   EngineConfig config;
   const CharCorpus* corpus = nullptr;
 };
+
+// Sizes that cannot fit are refused before anything is allocated (a --micro-batch of 2^20 or a
+// --seq of 65536 died of std::bad_alloc before): zero-plan's plan of this run (runtime/plan,
+// within 3% of what the tracker measures) for the busiest rank, times the ranks on this host,
+// against the host's physical memory (CPU ranks keep every tier in it). Runs the planner does
+// not model (sequence parallelism, experts, interleaved or GPipe schedules) are not checked.
+Status CheckMemoryFits(const Shared& shared, const LaunchInfo& launch, int dp_size) {
+  const Args& args = shared.args;
+  const EngineConfig& config = shared.config;
+  if (args.sequence_parallel || args.experts > 0 || args.schedule != "1f1b" ||
+      args.virtual_stages > 1) {
+    return OkStatus();
+  }
+  GptShape shape;
+  shape.layers = args.layers;
+  shape.hidden = args.hidden;
+  shape.heads = args.heads;
+  shape.vocab = shared.corpus->vocab_size();
+  shape.seq = args.seq;
+  shape.micro_batch = config.train_micro_batch_size_per_gpu;
+  PlanChoice choice;
+  choice.grid = {args.tp, args.pp, dp_size};
+  choice.stage = config.zero_optimization.stage;
+  const OffloadDevice opt = config.zero_optimization.offload_optimizer.device;
+  const OffloadDevice par = config.zero_optimization.offload_param.device;
+  choice.offload = opt == OffloadDevice::kNvme   ? (par != OffloadDevice::kNone
+                                                        ? OffloadChoice::kNvmeAll
+                                                        : OffloadChoice::kNvmeOptimizer)
+                   : opt == OffloadDevice::kCpu ? (par != OffloadDevice::kNone
+                                                        ? OffloadChoice::kCpuAll
+                                                        : OffloadChoice::kCpuOptimizer)
+                                                : OffloadChoice::kNone;
+  choice.recompute = args.recompute;
+  choice.reduce_bucket_size = config.zero_optimization.reduce_bucket_size;
+  ClusterSpec cluster;
+  cluster.devices = choice.grid.world();
+  cluster.devices_per_node = cluster.devices;
+  cluster.device_memory = 1e18;  // the check is ours, below
+  cluster.host_memory = 1e18;
+  cluster.nvme = 1e18;
+  StatusOr<PlanRow> row = PlanGpt(shape, config, choice,
+                                  int(config.gradient_accumulation_steps), cluster);
+  if (!row.ok()) return OkStatus();  // the model refuses such sizes itself, naming them
+  const double per_rank = double(row->device_bytes) + double(row->host_bytes);
+  const int ranks_here = launch.world_size > 1 ? launch.local_size : args.world;
+  const double physical = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+  double activations = 0;
+  for (int t = 0; t < kNumMemoryTiers; ++t) {
+    activations += double(row->worst.Peak(MemoryTier(t), MemoryCategory::kActivations));
+  }
+  if (per_rank * ranks_here > physical) {
+    return OutOfMemoryError(fmt::format(
+        "this run needs about {} per rank at its peak (the busiest rank's parameters, "
+        "gradients, optimizer states and buffers, and {} of activations for micro-batches of "
+        "{} x {} tokens), {} for the {} rank(s) on this host, which has {} of memory. Lower "
+        "--micro-batch, --seq, --layers or --hidden, or raise the ZeRO stage or offload "
+        "(zero-plan prints the breakdown)",
+        FormatGB(per_rank), FormatGB(activations),
+        shape.micro_batch, shape.seq, FormatGB(per_rank * ranks_here), ranks_here,
+        FormatGB(physical)));
+  }
+  return OkStatus();
+}
 
 Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker) {
   const Args& args = shared.args;
@@ -636,7 +714,23 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 10'000'000));
   app.add_option("--resume", args.resume,
                  "continue from a checkpoint (a step directory, or a --save-dir's latest)");
-  app.add_option("--print-every", args.print_every, "progress line every N steps")
+  app.add_option("--accumulation-steps", args.accumulation_steps,
+                 "the value of a config's \"auto\" gradient_accumulation_steps")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--lr", args.lr,
+                 "the value of \"auto\" learning rates (optimizer.params.lr, "
+                 "scheduler.params.warmup_max_lr)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--warmup-steps", args.warmup_steps,
+                 "the value of \"auto\" scheduler.params.warmup_num_steps")
+      ->check(CLI::Range(1, 1 << 30));
+  app.add_option("--grad-clip", args.grad_clip, "the value of \"auto\" gradient_clipping")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--precision", args.precision,
+                 "fp32, bf16 or fp16: the value of \"auto\" fp16.enabled / bf16.enabled")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  app.add_option("--print-every", args.print_every,
+                 "progress line every N steps (default: the config's steps_per_print)")
       ->check(CLI::Range(1, 1 << 30));
   app.add_option("--eval-every", args.eval_every,
                  "report a held-out loss (validation split, forward only) every N steps; 0 never")
@@ -689,15 +783,72 @@ int main(int argc, char** argv) {
                "--experts (GridGpt has no forward-only path yet)\n");
     return 2;
   }
+  RegisterBuiltinBackends();
+  auto launch = DetectLaunch();
+  if (!launch.ok()) {
+    fmt::print(stderr, "train_gpt: {}\n", launch.status().ToString());
+    return 1;
+  }
+  const int world_size = launch->world_size > 1 ? launch->world_size : args.world;
+  if (world_size % (args.tp * args.pp) != 0) {
+    fmt::print(stderr, "train_gpt: --tp {} x --pp {} = {} does not divide the world size {}\n",
+               args.tp, args.pp, args.tp * args.pp, world_size);
+    return 2;
+  }
+  const int dp_size = world_size / (args.tp * args.pp);
   if (!args.config_path.empty()) {
-    auto config = LoadEngineConfig(args.config_path);
+    ProgramValues program;
+    program.micro_batch = args.micro_batch > 0 ? args.micro_batch : 1;
+    program.accumulation_steps = args.accumulation_steps;
+    program.dp_world_size = dp_size;
+    program.max_grad_norm = args.grad_clip;
+    program.lr = args.lr;
+    program.betas = {{0.9, 0.999}};
+    program.eps = 1e-8;
+    program.weight_decay = 0.0;
+    program.warmup_steps = args.warmup_steps;
+    program.total_steps = args.steps;
+    program.hidden_size = args.hidden;
+    program.precision = args.precision;
+    program.flags = {{"micro_batch", "--micro-batch"},   {"accumulation_steps", "--accumulation-steps"},
+                     {"dp_world_size", "--world"},        {"max_grad_norm", "--grad-clip"},
+                     {"lr", "--lr"},                      {"warmup_steps", "--warmup-steps"},
+                     {"total_steps", "--steps"},          {"hidden_size", "--hidden"},
+                     {"precision", "--precision"}};
+    std::vector<AutoFill> filled;
+    auto config = LoadEngineConfig(args.config_path, program, &filled);
     if (!config.ok()) {
       fmt::print(stderr, "train_gpt: {}\n", config.status().ToString());
       return 2;
     }
     shared.config = *config;
+    if (launch->rank == 0) {
+      for (const AutoFill& f : filled) {
+        fmt::print("config {}: \"auto\" {} = {} (from {})\n", args.config_path, f.key, f.value,
+                   f.from);
+      }
+    }
   }
-  if (args.micro_batch > 0) shared.config.train_micro_batch_size_per_gpu = args.micro_batch;
+  // The program's micro-batch: --micro-batch, or, when the config gives neither
+  // train_batch_size nor train_micro_batch_size_per_gpu, train_gpt's default of 1 (as a
+  // Hugging Face trainer supplies its per-device batch size).
+  if (args.micro_batch > 0) {
+    shared.config.train_micro_batch_size_per_gpu = args.micro_batch;
+    shared.config.batch_keys_given.micro_batch = true;
+  } else if (shared.config.train_batch_size == 0 && !shared.config.batch_keys_given.micro_batch) {
+    shared.config.train_micro_batch_size_per_gpu = 1;
+    shared.config.batch_keys_given.micro_batch = true;
+  }
+  // [Note: batch sizes as DeepSpeed] at the data-parallel world size.
+  if (Status batch = shared.config.ResolveBatchSizes(
+          dp_size, args.config_path.empty() ? std::string("(defaults)") : args.config_path);
+      !batch.ok()) {
+    fmt::print(stderr, "train_gpt: {}\n", batch.ToString());
+    return 2;
+  }
+  if (app.count("--print-every") == 0) {
+    shared.args.print_every = int(std::min<int64_t>(shared.config.steps_per_print, 1 << 30));
+  }
   if (args.stage >= 0) shared.config.zero_optimization.stage = args.stage;
   if (!args.nvme_path.empty()) {
     shared.config.zero_optimization.offload_optimizer.nvme_path = args.nvme_path;
@@ -715,13 +866,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   shared.corpus = &*corpus;
-
-  RegisterBuiltinBackends();
-  auto launch = DetectLaunch();
-  if (!launch.ok()) {
-    fmt::print(stderr, "train_gpt: {}\n", launch.status().ToString());
-    return 1;
+  if (Status fits = CheckMemoryFits(shared, *launch, dp_size); !fits.ok()) {
+    fmt::print(stderr, "train_gpt: {}\n", fits.ToString());
+    return 2;
   }
+
   Status status;
   if (launch->world_size > 1) {
     MemoryTracker tracker(launch->rank);

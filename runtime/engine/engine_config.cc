@@ -1206,9 +1206,22 @@ StatusOr<EngineConfig> ParseEngineConfig(std::string_view json_text, const Progr
         "one of them");
   }
   ZS_RETURN_IF_ERROR(ApplyDeepSpeedFeatures(root));
-  ZS_RETURN_IF_ERROR(internal::ResolveAutoValues(root, program, filled));
+  std::vector<AutoFill> fills;
+  ZS_RETURN_IF_ERROR(internal::ResolveAutoValues(root, program, &fills));
+  if (filled != nullptr) *filled = fills;
   EngineConfig config;
-  ZS_RETURN_IF_ERROR(ReadSection(root, "", "", config));
+  if (Status read = ReadSection(root, "", "", config); !read.ok()) {
+    // A value an "auto" became and the key refuses: say where it came from.
+    for (const AutoFill& f : fills) {
+      if (read.message().starts_with(f.key + ":")) {
+        auto flag = program.flags.find(f.from);
+        return read.WithContext(fmt::format(
+            "\"auto\" {} became {} from the program's {}{}", f.key, f.value, f.from,
+            flag != program.flags.end() ? fmt::format(" ({})", flag->second) : std::string()));
+      }
+    }
+    return read;
+  }
   ZS_RETURN_IF_ERROR(CheckSchedulerParams(root, config.scheduler.type));
   ApplyTorchAdamDefaults(root, config);
   config.batch_keys_given.micro_batch = root.contains("train_micro_batch_size_per_gpu");

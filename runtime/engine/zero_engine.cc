@@ -458,40 +458,14 @@ static_assert(kAutoPrefetch == -1 && kMaxOptimizerPrefetch == CpuOptimizer::kMax
 static_assert(kAutoCacheResident == -1,
               "zerostack.optimizer_cache_resident_bytes's values are ShardStep's");
 
-StateDType ZeroEngine::Impl::state_dtype() const {
-  switch (config_.zerostack.optimizer_state_dtype) {
-    case OptimizerStateType::kF32:
-      return StateDType::kF32;
-    case OptimizerStateType::kBF16:
-      return StateDType::kBF16;
-    case OptimizerStateType::kInt8:
-      return StateDType::kInt8;
-  }
-  return StateDType::kF32;
-}
+StateDType ZeroEngine::Impl::state_dtype() const { return OptimizerStateDTypeOf(config_); }
 
 OptimizerHyper ZeroEngine::Impl::Hyper(double lr) const {
   const OptimizerConfig& o = config_.optimizer;
   OptimizerHyper h;
-  switch (o.type) {
-    case OptimizerType::kAdamW:
-      h.kind = OptimizerKind::kAdamW;
-      break;
-    case OptimizerType::kAdam:  // DeepSpeed's "Adam" decouples weight decay in adam_w_mode
-      h.kind = o.adam_w_mode ? OptimizerKind::kAdamW : OptimizerKind::kAdam;
-      break;
-    case OptimizerType::kSgd:
-      h.kind = OptimizerKind::kSgd;
-      break;
-    case OptimizerType::kAdagrad:
-      h.kind = OptimizerKind::kAdagrad;
-      break;
-    case OptimizerType::kLion:
-      h.kind = OptimizerKind::kLion;
-      break;
-  }
+  h.kind = OptimizerKindOf(o);
   h.lr = float(lr);
-  h.beta1 = h.kind == OptimizerKind::kSgd ? float(o.momentum) : float(o.betas[0]);
+  h.beta1 = OptimizerMomentumOf(o);
   h.beta2 = float(o.betas[1]);
   h.eps = float(o.eps);
   h.nesterov = o.nesterov;

@@ -21,6 +21,7 @@
 #include "optimizers/cpu_optimizer.h"
 #include "optimizers/optimizer_spec.h"
 #include "runtime/base/trace_recorder.h"
+#include "runtime/engine/engine_dtypes.h"
 #include "runtime/engine/loss_scaler.h"
 #include "runtime/engine/step_memory_plan.h"
 #include "runtime/engine/zero_engine.h"
@@ -33,12 +34,6 @@ namespace engine_internal {
 // Everything the engine keeps lives in the device tier (on a CpuDevice that is host memory
 // standing in for device memory, so budgets and reports read as they would on a GPU).
 constexpr MemoryTier kTier = MemoryTier::kDevice;
-
-inline DType ComputeDType(const EngineConfig& config) {
-  if (config.bf16.enabled) return DType::kBF16;
-  if (config.fp16.enabled) return DType::kF16;
-  return DType::kF32;
-}
 
 // [Note: micro-batches in flight] A unit's brackets belong to a micro-batch: the one the caller
 // named last (UnitAccess::SetMicroBatch; 0 for callers that never name one). Per unit, each
@@ -146,7 +141,7 @@ class ZeroEngine::Impl {
         model_(std::move(model)),
         device_(device),
         dp_(dp),
-        dtype_(ComputeDType(config)),
+        dtype_(ComputeDTypeOf(config)),
         scaler_(config.fp16),
         schedule_(MakeLrSchedule(config.scheduler, config.optimizer.lr)),
         optimizer_(int(config.zerostack.optimizer_threads)) {

@@ -12,6 +12,7 @@
 #include "optimizers/optimizer_spec.h"
 #include "runtime/device/counting_device.h"
 #include "runtime/device/tracked_bytes.h"
+#include "runtime/engine/engine_dtypes.h"
 #include "runtime/gather/gather_coordinator.h"
 #include "runtime/plan/null_communicator.h"
 #include "runtime/reduce/gradient_reducer.h"
@@ -23,42 +24,10 @@ namespace {
 // [Note: planned like the engine] Each helper below names the engine code it follows. When the
 // engine changes what it allocates, plan_tracker_test fails until this file follows.
 
-// zero_engine_impl.h ComputeDType.
-DType ComputeDTypeOf(const EngineConfig& c) {
-  if (c.bf16.enabled) return DType::kBF16;
-  if (c.fp16.enabled) return DType::kF16;
-  return DType::kF32;
-}
-
-// zero_engine.cc Impl::state_dtype.
-StateDType StateDTypeOf(const EngineConfig& c) {
-  switch (c.zerostack.optimizer_state_dtype) {
-    case OptimizerStateType::kF32:
-      return StateDType::kF32;
-    case OptimizerStateType::kBF16:
-      return StateDType::kBF16;
-    case OptimizerStateType::kInt8:
-      return StateDType::kInt8;
-  }
-  return StateDType::kF32;
-}
-
-// zero_engine.cc Impl::Hyper: the optimizer kind and the momentum that decides SGD's states.
+// The engine's own mapping of the config (engine_dtypes.h): the optimizer kind and the momentum
+// that decide how many states it keeps.
 int NumStatesOf(const EngineConfig& c) {
-  const OptimizerConfig& o = c.optimizer;
-  switch (o.type) {
-    case OptimizerType::kAdamW:
-      return NumStates(OptimizerKind::kAdamW, float(o.betas[0]));
-    case OptimizerType::kAdam:
-      return NumStates(OptimizerKind::kAdam, float(o.betas[0]));
-    case OptimizerType::kSgd:
-      return NumStates(OptimizerKind::kSgd, float(o.momentum));
-    case OptimizerType::kAdagrad:
-      return NumStates(OptimizerKind::kAdagrad, float(o.betas[0]));
-    case OptimizerType::kLion:
-      return NumStates(OptimizerKind::kLion, float(o.betas[0]));
-  }
-  return 2;
+  return NumStates(OptimizerKindOf(c.optimizer), OptimizerMomentumOf(c.optimizer));
 }
 
 // The engine's tile arrays (zero_engine_impl.h TileArray): master, two states, two scales.
@@ -199,7 +168,7 @@ StatusOr<RankPlan> PlanRankMemory(const RankPlanInput& in) {
                                 ? std::numeric_limits<int64_t>::max()
                                 : std::max(kQuantum, zero.sub_group_size / kQuantum * kQuantum);
   const int num_states = NumStatesOf(config);
-  const StateDType state_type = StateDTypeOf(config);
+  const StateDType state_type = OptimizerStateDTypeOf(config);
   std::vector<SlotShape> shapes;
   int64_t largest_copy = 0;
   for (int u = 0; u < n_units; ++u) {

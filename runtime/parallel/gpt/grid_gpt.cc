@@ -148,8 +148,12 @@ StatusOr<std::unique_ptr<GridGpt>> GridGpt::Create(const GridGptOptions& options
     expert_parallel.model_parallel = parallel.model_parallel;
     expert_parallel.tp_rank = groups.coord().tp;
     expert_parallel.reduce_per_step = parallel.reduce_per_step;
+    // The expert engine shards over the expert-data-parallel group (dp / ep ranks): the job's
+    // train_batch_size is counted over dp, and the dense engine checks it.
+    EngineConfig expert_config = options.engine;
+    expert_config.train_batch_size = 0;
     ZS_ASSIGN_OR_RETURN(g->expert_engine_,
-                        ZeroEngine::Create(options.engine, std::move(expert_spec),
+                        ZeroEngine::Create(expert_config, std::move(expert_spec),
                                            SubsetInit(init, expert_units), device, *g->edp_,
                                            nullptr, expert_parallel));
     backings.push_back({expert_units, g->expert_engine_.get()});

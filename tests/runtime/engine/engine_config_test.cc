@@ -400,6 +400,18 @@ TEST(EngineConfigTest, AutoWithoutProgramValuesNamesWhatResolvesIt) {
   EXPECT_THAT(s.message(), HasSubstr("accumulation_steps, dp_world_size (--world)"));
 }
 
+// A value an "auto" became that the key refuses names where it came from.
+TEST(EngineConfigTest, AutoValueOutOfRangeNamesItsSource) {
+  ProgramValues program;
+  program.warmup_steps = 0;
+  program.flags = {{"warmup_steps", "--warmup-steps"}};
+  Status s = ParseEngineConfig(R"({"scheduler": {"type": "WarmupLR", "params":
+                                   {"warmup_num_steps": "auto"}}})", program, nullptr).status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("scheduler.params.warmup_num_steps: 0 is out of range"));
+  EXPECT_THAT(s.message(), HasSubstr("from the program's warmup_steps (--warmup-steps)"));
+}
+
 // [Note: "auto" as the Hugging Face integration fills it]: a template in the shape of the
 // integration's ZeRO-3 example, every "auto" resolved from the program and listed.
 TEST(EngineConfigTest, AutoResolvesFromTheProgramAsTheHuggingFaceIntegration) {
