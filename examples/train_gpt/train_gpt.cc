@@ -452,10 +452,23 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
       mean_loss = r.loss;
     } else {
       double loss = 0;
-      for (int m = 0; m < split.accumulation_steps; ++m) {
-        ZS_RETURN_IF_ERROR(sampler.FillMicroBatch(step, split, rank, m, inputs, targets));
+      // A step of many micro-batches (gradient_accumulation_steps: 1e9 is a valid config) says
+      // how far it is every 30 s, so a long step never looks like a hang.
+      auto last_note = t0;
+      for (int64_t m = 0; m < split.accumulation_steps; ++m) {
+        ZS_RETURN_IF_ERROR(sampler.FillMicroBatch(step, split, rank, int(m), inputs, targets));
         ZS_ASSIGN_OR_RETURN(float l, gpt->ForwardBackward(*engine, inputs, targets, B, T));
-        loss += double(l) / split.accumulation_steps;
+        loss += double(l) / double(split.accumulation_steps);
+        const auto now = std::chrono::steady_clock::now();
+        if (lead && now - last_note > std::chrono::seconds(30)) {
+          last_note = now;
+          const double elapsed = std::chrono::duration<double>(now - t0).count();
+          fmt::print("step {:5d}: micro-batch {} of {} (gradient_accumulation_steps) after "
+                     "{:.0f} s; the step needs about {:.3g} s\n",
+                     step, m + 1, split.accumulation_steps, elapsed,
+                     elapsed / double(m + 1) * double(split.accumulation_steps));
+          std::fflush(stdout);
+        }
       }
       ZS_ASSIGN_OR_RETURN(result, engine->Step());
       ZS_ASSIGN_OR_RETURN(mean_loss, engine->AllReduceMean(loss));
