@@ -249,6 +249,16 @@ class ZeroEngine::Impl {
   // Step and the master's readers return it (kAborted) from then on.
   Status tiles_broken_;
   Status TilesUsable() const;
+  // Checkpoints (zero_engine_state.cc): FailedPrecondition unless between steps (`what`: "the
+  // state is saved"), and how the optimizer states are coded.
+  Status CheckpointBoundary(std::string_view what) const;
+  struct StateCodes {
+    int num_states = 0;
+    StateDType type = StateDType::kF32;
+    int64_t code_bytes = 0;
+    std::string dtype_name;  // "f32", "bf16", "int8"
+  };
+  StateCodes CheckpointCodes() const;
   std::unique_ptr<GradientReducer> reducer_;
   std::unique_ptr<GatherCoordinator> gatherer_;  // stage 3 only
 

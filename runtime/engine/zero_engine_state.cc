@@ -36,6 +36,23 @@ struct RangeArrays {
 
 }  // namespace
 
+Status ZeroEngine::Impl::CheckpointBoundary(std::string_view what) const {
+  ZS_RETURN_IF_ERROR(TilesUsable());
+  if (MicroBatchesPending() > 0 || prepared_) {
+    return FailedPreconditionError(
+        fmt::format("engine (rank {}): {} between steps; {} micro-batch(es) are pending",
+                    dp_.rank(), what, MicroBatchesPending()));
+  }
+  return OkStatus();
+}
+
+ZeroEngine::Impl::StateCodes ZeroEngine::Impl::CheckpointCodes() const {
+  const OptimizerHyper hyper = Hyper(0.0);
+  const StateDType type = state_dtype();
+  return {NumStates(hyper.kind, hyper.beta1), type, int64_t(StateCodeBytes(type)),
+          CheckpointDTypeName(type)};
+}
+
 EngineTrainingState ZeroEngine::training_state() const {
   const LossScaler::State s = impl_->scaler_.state();
   return {impl_->step_, s.scale, s.hysteresis_left, s.good_steps};
@@ -43,17 +60,8 @@ EngineTrainingState ZeroEngine::training_state() const {
 
 Status ZeroEngine::VisitOwnedState(const std::function<Status(const OwnedParamState&)>& visit) {
   Impl& m = *impl_;
-  ZS_RETURN_IF_ERROR(m.TilesUsable());
-  if (m.MicroBatchesPending() > 0 || m.prepared_) {
-    return FailedPreconditionError(fmt::format(
-        "engine (rank {}): the state is saved between steps; {} micro-batch(es) are pending",
-        m.dp_.rank(), m.MicroBatchesPending()));
-  }
-  const OptimizerHyper hyper = m.Hyper(0.0);
-  const int num_states = NumStates(hyper.kind, hyper.beta1);
-  const StateDType type = m.state_dtype();
-  const int64_t cb = int64_t(StateCodeBytes(type));
-  const std::string dtype_name = CheckpointDTypeName(type);
+  ZS_RETURN_IF_ERROR(m.CheckpointBoundary("the state is saved"));
+  const auto [num_states, type, cb, dtype_name] = m.CheckpointCodes();
   const int rank = m.dp_.rank();
   RangeArrays r;
   for (size_t u = 0; u < m.units_.size(); ++u) {
@@ -120,17 +128,9 @@ Status ZeroEngine::VisitOwnedState(const std::function<Status(const OwnedParamSt
 Status ZeroEngine::LoadOwnedState(const OwnedStateSource& source,
                                   const EngineTrainingState& state) {
   Impl& m = *impl_;
-  ZS_RETURN_IF_ERROR(m.TilesUsable());
-  if (m.MicroBatchesPending() > 0 || m.prepared_) {
-    return FailedPreconditionError(fmt::format(
-        "engine (rank {}): a checkpoint loads between steps; {} micro-batch(es) are pending",
-        m.dp_.rank(), m.MicroBatchesPending()));
-  }
+  ZS_RETURN_IF_ERROR(m.CheckpointBoundary("a checkpoint loads"));
+  const auto [num_states, type, cb, dtype_name] = m.CheckpointCodes();
   const OptimizerHyper hyper = m.Hyper(0.0);
-  const int num_states = NumStates(hyper.kind, hyper.beta1);
-  const StateDType type = m.state_dtype();
-  const int64_t cb = int64_t(StateCodeBytes(type));
-  const std::string dtype_name = CheckpointDTypeName(type);
   const size_t elem = DTypeSize(m.dtype_);
 
   // Local phase: every rank fills its tiles; the ranks then agree before any collective, so a
