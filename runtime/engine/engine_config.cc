@@ -885,6 +885,26 @@ constexpr DeepSpeedFeature kDeepSpeedFeatures[] = {
     {"zero_optimization.legacy_stage1", "DeepSpeed's legacy stage 1"},
     {"zero_optimization.offload_optimizer.ratio", "partial optimizer offload (ratio)"},
     {"zero_optimization.offload_optimizer.fast_init", "fast_init of NVMe offload"},
+    // Accepted, no effect here: performance and debugging knobs that change no value.
+    {"zero_optimization.stage3_model_persistence_threshold", nullptr},
+    {"zero_optimization.stage3_module_granularity_threshold", nullptr},
+    {"zero_optimization.stage3_use_all_reduce_for_fetch_params", nullptr},
+    {"zero_optimization.stage3_allgather_sequential", nullptr},
+    {"zero_optimization.use_multi_rank_bucket_allreduce", nullptr},
+    {"zero_optimization.pipeline_loading_checkpoint", nullptr},
+    {"zero_optimization.override_module_apply", nullptr},
+    {"zero_optimization.log_trace_cache_warnings", nullptr},
+    {"zero_optimization.enable_sanity_checks", nullptr},
+    {"zero_optimization.leaf_module", nullptr},
+    {"zero_optimization.offload_optimizer.cpuadam_cores_perc", nullptr},
+    {"zero_optimization.zenflow", "ZenFlow (stall-free offload)"},
+    {"zero_optimization.zeropp_loco_param", "ZeRO++ LoCo"},
+    {"zero_optimization.save_muon_momentum_buffer_in_memory", "the Muon optimizer"},
+    {"zero_optimization.offload_optimizer.super_offload", "SuperOffload"},
+    {"bf16.check_grad_overflow", "skipping bf16 steps on overflow"},
+    {"bf16.bf16_master_weights_and_grads", "bf16 master weights and gradients"},
+    {"bf16.bf16_optimizer_states", "DeepSpeed's bf16 optimizer states (zerostack.optimizer_state_dtype "
+                                   "\"bf16\" keeps them with stochastic rounding)"},
     {"fp16.consecutive_hysteresis", "the loss scaler's consecutive hysteresis"},
     {"fp16.auto_cast", "casting the model's inputs to fp16 (fp16.auto_cast)"},
     {"bf16.immediate_grad_update", "bf16 immediate gradient update"},
@@ -950,7 +970,7 @@ Status ApplyDeepSpeedFeatures(Json& root) {
     root.erase(it);
   }
   // The old offload spellings, as DeepSpeed maps them: cpu_offload -> offload_optimizer on
-  // the CPU, cpu_offload_params -> offload_param on the CPU, cpu_offload_use_pin_memory -> their
+  // the CPU, cpu_offload_param -> offload_param on the CPU, cpu_offload_use_pin_memory -> their
   // pin_memory.
   auto zero = root.find("zero_optimization");
   if (zero == root.end() || !zero->is_object()) return OkStatus();
@@ -959,7 +979,7 @@ Status ApplyDeepSpeedFeatures(Json& root) {
                    (*zero)["cpu_offload_use_pin_memory"].get<bool>();
   for (const auto& [old_key, new_key] : {std::pair<const char*, const char*>{
                                              "cpu_offload", "offload_optimizer"},
-                                         {"cpu_offload_params", "offload_param"}}) {
+                                         {"cpu_offload_param", "offload_param"}}) {
     auto it = zero->find(old_key);
     if (it == zero->end()) continue;
     if (!it->is_boolean()) {

@@ -209,7 +209,11 @@ TEST(EngineConfigTest, DeepSpeedKeysAreAcceptedOrNamedNotImplemented) {
       "communication_data_type": "fp32", "gradient_allreduce_op": "mean",
       "zero_optimization": {"stage": 2, "allgather_partitions": true,
                             "round_robin_gradients": true, "zero_hpz_partition_size": 1,
-                            "zero_quantized_weights": false}})");
+                            "zero_quantized_weights": false,
+                            "stage3_model_persistence_threshold": 1e9,
+                            "use_multi_rank_bucket_allreduce": true,
+                            "offload_optimizer": {"device": "none", "cpuadam_cores_perc": 0.8}},
+      "bf16": {"enabled": false, "check_grad_overflow": false}})");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->zero_optimization.stage, 2);
   for (const auto& [text, feature] : std::vector<std::pair<std::string, std::string>>{
@@ -220,7 +224,10 @@ TEST(EngineConfigTest, DeepSpeedKeysAreAcceptedOrNamedNotImplemented) {
            {R"({"communication_data_type": "fp16"})", "communication in another dtype"},
            {R"({"zero_optimization": {"offload_optimizer": {"device": "cpu", "ratio": 0.3}}})",
             "partial optimizer offload"},
-           {R"({"sparse_attention": {"mode": "fixed"}})", "sparse attention"}}) {
+           {R"({"sparse_attention": {"mode": "fixed"}})", "sparse attention"},
+           {R"({"bf16": {"enabled": true, "check_grad_overflow": true}})",
+            "skipping bf16 steps on overflow"},
+           {R"({"zero_optimization": {"zenflow": {"topk_ratio": 0.1}}})", "ZenFlow"}}) {
     Status s = ParseEngineConfig(text).status();
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << text;
     EXPECT_THAT(s.message(), HasSubstr("not implemented")) << text;
@@ -234,7 +241,7 @@ TEST(EngineConfigTest, DeepSpeedKeysAreAcceptedOrNamedNotImplemented) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->zero_optimization.offload_optimizer.device, OffloadDevice::kCpu);
   EXPECT_TRUE(c->zero_optimization.offload_optimizer.pin_memory);
-  c = ParseEngineConfig(R"({"zero_optimization": {"stage": 3, "cpu_offload_params": true}})");
+  c = ParseEngineConfig(R"({"zero_optimization": {"stage": 3, "cpu_offload_param": true}})");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->zero_optimization.offload_param.device, OffloadDevice::kCpu);
   EXPECT_FALSE(c->zero_optimization.offload_param.pin_memory);
