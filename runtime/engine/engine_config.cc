@@ -851,6 +851,17 @@ struct DeepSpeedFeature {
 };
 
 constexpr DeepSpeedFeature kDeepSpeedFeatures[] = {
+    {"checkpoint.load_universal", "loading DeepSpeed's universal checkpoints"},
+    {"checkpoint", nullptr},  // tag_validation, use_node_local_storage, parallel_write: saving
+    {"dataloader_drop_last", nullptr},  // DeepSpeed's data loader; the program's here
+    {"disable_allgather", nullptr},
+    {"log_level", nullptr},
+    {"timers", nullptr},
+    {"use_data_before_expert_parallelism", nullptr},
+    {"nebula", "the Nebula checkpoint service"},
+    {"compile", "torch.compile and DeepCompile"},
+    {"weight_quantization", "weight quantization"},
+    {"quantize_training", "quantized training"},
     {"tensorboard", nullptr},
     {"wandb", nullptr},
     {"csv_monitor", nullptr},

@@ -213,7 +213,9 @@ TEST(EngineConfigTest, DeepSpeedKeysAreAcceptedOrNamedNotImplemented) {
                             "stage3_model_persistence_threshold": 1e9,
                             "use_multi_rank_bucket_allreduce": true,
                             "offload_optimizer": {"device": "none", "cpuadam_cores_perc": 0.8}},
-      "bf16": {"enabled": false, "check_grad_overflow": false}})");
+      "bf16": {"enabled": false, "check_grad_overflow": false},
+      "checkpoint": {"tag_validation": "Warn", "load_universal": false},
+      "dataloader_drop_last": true})");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->zero_optimization.stage, 2);
   for (const auto& [text, feature] : std::vector<std::pair<std::string, std::string>>{
@@ -227,7 +229,9 @@ TEST(EngineConfigTest, DeepSpeedKeysAreAcceptedOrNamedNotImplemented) {
            {R"({"sparse_attention": {"mode": "fixed"}})", "sparse attention"},
            {R"({"bf16": {"enabled": true, "check_grad_overflow": true}})",
             "skipping bf16 steps on overflow"},
-           {R"({"zero_optimization": {"zenflow": {"topk_ratio": 0.1}}})", "ZenFlow"}}) {
+           {R"({"zero_optimization": {"zenflow": {"topk_ratio": 0.1}}})", "ZenFlow"},
+           {R"({"checkpoint": {"load_universal": true}})", "universal checkpoints"},
+           {R"({"compile": {"deepcompile": true}})", "DeepCompile"}}) {
     Status s = ParseEngineConfig(text).status();
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << text;
     EXPECT_THAT(s.message(), HasSubstr("not implemented")) << text;
