@@ -22,8 +22,10 @@
 namespace zs {
 namespace {
 
-// Sanitizer and debug builds run the same checks on fewer and smaller shards.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || !defined(NDEBUG)
+// Sanitizer, debug and emulated builds (aarch64 under qemu, make test-arm: every SIMD target at
+// every SVE vector length) run the same checks on fewer and smaller shards.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || !defined(NDEBUG) || \
+    defined(ZS_EMULATED_TESTS)
 constexpr bool kSlowBuild = true;
 #else
 constexpr bool kSlowBuild = false;
