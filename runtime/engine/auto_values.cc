@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace zs::internal {
 namespace {
@@ -13,7 +14,7 @@ using Json = nlohmann::json;
 // One "auto" key: the program field it needs ("" = none) and how the value follows from it.
 struct AutoRule {
   const char* key;
-  const char* needs;  // a ProgramValues field, for the error
+  std::vector<const char*> needs;  // the ProgramValues fields it reads, for the error
   std::function<std::optional<Json>(const ProgramValues&)> value;
   const char* from;   // how it was derived, for the list
 };
@@ -25,61 +26,61 @@ std::optional<Json> Plain(const std::optional<T>& v) {
 
 const std::vector<AutoRule>& Rules() {
   static const std::vector<AutoRule> rules = {
-      {"train_micro_batch_size_per_gpu", "micro_batch",
+      {"train_micro_batch_size_per_gpu", {"micro_batch"},
        [](const ProgramValues& p) { return Plain(p.micro_batch); }, "micro_batch"},
-      {"gradient_accumulation_steps", "accumulation_steps",
+      {"gradient_accumulation_steps", {"accumulation_steps"},
        [](const ProgramValues& p) { return Plain(p.accumulation_steps); }, "accumulation_steps"},
-      {"train_batch_size", "micro_batch, accumulation_steps and dp_world_size",
+      {"train_batch_size", {"micro_batch", {"accumulation_steps"}, "dp_world_size"},
        [](const ProgramValues& p) -> std::optional<Json> {
          if (!p.micro_batch || !p.accumulation_steps || !p.dp_world_size) return std::nullopt;
          return Json(*p.micro_batch * *p.accumulation_steps * *p.dp_world_size);
        },
        "micro_batch x accumulation_steps x dp_world_size"},
-      {"gradient_clipping", "max_grad_norm",
+      {"gradient_clipping", {"max_grad_norm"},
        [](const ProgramValues& p) { return Plain(p.max_grad_norm); }, "max_grad_norm"},
-      {"optimizer.params.lr", "lr", [](const ProgramValues& p) { return Plain(p.lr); }, "lr"},
-      {"optimizer.params.betas", "betas",
+      {"optimizer.params.lr", {"lr"}, [](const ProgramValues& p) { return Plain(p.lr); }, "lr"},
+      {"optimizer.params.betas", {"betas"},
        [](const ProgramValues& p) -> std::optional<Json> {
          if (!p.betas) return std::nullopt;
          return Json::array({(*p.betas)[0], (*p.betas)[1]});
        },
        "betas"},
-      {"optimizer.params.eps", "eps", [](const ProgramValues& p) { return Plain(p.eps); }, "eps"},
-      {"optimizer.params.weight_decay", "weight_decay",
+      {"optimizer.params.eps", {"eps"}, [](const ProgramValues& p) { return Plain(p.eps); }, "eps"},
+      {"optimizer.params.weight_decay", {"weight_decay"},
        [](const ProgramValues& p) { return Plain(p.weight_decay); }, "weight_decay"},
-      {"scheduler.params.warmup_min_lr", "",
+      {"scheduler.params.warmup_min_lr", {},
        [](const ProgramValues&) -> std::optional<Json> { return Json(0); }, "0"},
-      {"scheduler.params.warmup_max_lr", "lr", [](const ProgramValues& p) { return Plain(p.lr); },
+      {"scheduler.params.warmup_max_lr", {"lr"}, [](const ProgramValues& p) { return Plain(p.lr); },
        "lr"},
-      {"scheduler.params.warmup_num_steps", "warmup_steps",
+      {"scheduler.params.warmup_num_steps", {"warmup_steps"},
        [](const ProgramValues& p) { return Plain(p.warmup_steps); }, "warmup_steps"},
-      {"scheduler.params.total_num_steps", "total_steps",
+      {"scheduler.params.total_num_steps", {"total_steps"},
        [](const ProgramValues& p) { return Plain(p.total_steps); }, "total_steps"},
-      {"zero_optimization.reduce_bucket_size", "hidden_size",
+      {"zero_optimization.reduce_bucket_size", {"hidden_size"},
        [](const ProgramValues& p) -> std::optional<Json> {
          if (!p.hidden_size) return std::nullopt;
          return Json(*p.hidden_size * *p.hidden_size);
        },
        "hidden_size^2"},
-      {"zero_optimization.stage3_prefetch_bucket_size", "hidden_size",
+      {"zero_optimization.stage3_prefetch_bucket_size", {"hidden_size"},
        [](const ProgramValues& p) -> std::optional<Json> {
          if (!p.hidden_size) return std::nullopt;
          return Json(int64_t(0.9 * double(*p.hidden_size * *p.hidden_size)));
        },
        "int(0.9 x hidden_size^2)"},
-      {"zero_optimization.stage3_param_persistence_threshold", "hidden_size",
+      {"zero_optimization.stage3_param_persistence_threshold", {"hidden_size"},
        [](const ProgramValues& p) -> std::optional<Json> {
          if (!p.hidden_size) return std::nullopt;
          return Json(10 * *p.hidden_size);
        },
        "10 x hidden_size"},
-      {"fp16.enabled", "precision",
+      {"fp16.enabled", {"precision"},
        [](const ProgramValues& p) -> std::optional<Json> {
          if (!p.precision) return std::nullopt;
          return Json(*p.precision == "fp16");
        },
        "precision == fp16"},
-      {"bf16.enabled", "precision",
+      {"bf16.enabled", {"precision"},
        [](const ProgramValues& p) -> std::optional<Json> {
          if (!p.precision) return std::nullopt;
          return Json(*p.precision == "bf16");
@@ -89,21 +90,13 @@ const std::vector<AutoRule>& Rules() {
   return rules;
 }
 
-// "lr" -> "lr (--lr)"; several fields: each.
-std::string Needs(const ProgramValues& program, const std::string& needs) {
+// "lr (--lr)": each field with the program's flag for it, if it named one.
+std::string Needs(const ProgramValues& program, const std::vector<const char*>& needs) {
   std::string out;
-  size_t start = 0;
-  while (start <= needs.size()) {
-    size_t end = needs.find_first_of(", ", start);
-    std::string word = needs.substr(start, end == std::string::npos ? std::string::npos
-                                                                      : end - start);
-    if (!word.empty() && word != "and") {
-      auto flag = program.flags.find(word);
-      out += (out.empty() ? "" : ", ") + word +
-             (flag != program.flags.end() ? fmt::format(" ({})", flag->second) : std::string());
-    }
-    if (end == std::string::npos) break;
-    start = end + 1;
+  for (const char* field : needs) {
+    auto flag = program.flags.find(field);
+    out += (out.empty() ? "" : ", ") + std::string(field) +
+           (flag != program.flags.end() ? fmt::format(" ({})", flag->second) : std::string());
   }
   return out;
 }
