@@ -26,10 +26,10 @@ GptChunk::GptChunk(const tp::TpGpt& model, UnitAccess& access, GptChunkOptions o
       head_unit_(model.head_unit()),
       hidden_(model.config().gpt.hidden),
       local_rows_(model.local_rows(options.batch * options.seq)) {
-  ZS_CHECK(options_.begin >= 0 && options_.begin < options_.end &&
-               options_.end <= model_.num_segments(),
-           "GptChunk: segments [{}, {}) outside the model's {}", options_.begin, options_.end,
-           model_.num_segments());
+  ZS_CHECK(
+      options_.begin >= 0 && options_.begin < options_.end && options_.end <= model_.num_segments(),
+      "GptChunk: segments [{}, {}) outside the model's {}", options_.begin, options_.end,
+      model_.num_segments());
   ZS_CHECK(!has_head() || wte_in_access() || tied_ != nullptr,
            "GptChunk: a head without the embedding needs a TiedEmbeddingLink");
 }
@@ -46,23 +46,29 @@ int GptChunk::num_blocks() const {
   return std::max(0, end - first);
 }
 
-int64_t GptChunk::input_elements() const {
-  return has_embedding() ? 0 : local_rows_ * hidden_;
-}
+int64_t GptChunk::input_elements() const { return has_embedding() ? 0 : local_rows_ * hidden_; }
 int64_t GptChunk::output_elements() const { return has_head() ? 0 : local_rows_ * hidden_; }
 
 void GptChunk::UpdateTracker() {
   int64_t in_flight = 0;
   for (const auto& [mb, state] : live_) in_flight += state.bytes();
   peak_micro_batch_bytes_ = std::max(peak_micro_batch_bytes_, in_flight);
-  const int64_t now = in_flight + scratch_.bytes() +
-                      int64_t((dx_a_.capacity() + dx_b_.capacity()) * sizeof(float));
+  const int64_t now =
+      in_flight + scratch_.bytes() + int64_t((dx_a_.capacity() + dx_b_.capacity()) * sizeof(float));
   tracked_.Set(now);
   peak_bytes_ = std::max(peak_bytes_, now);
 }
 
 StatusOr<float> GptChunk::Forward(int micro_batch, std::span<const float> input,
                                   std::span<float> output) {
+  return RunForward(micro_batch, input, output, /*keep=*/true);
+}
+
+StatusOr<float> GptChunk::RunForward(int micro_batch, std::span<const float> input,
+                                     std::span<float> output, bool keep) {
+  // Without a backward to come (keep false) the blocks' activations go to the scratch, as with
+  // recompute; the block inputs x stay (the chunk's output is the last of them).
+  const bool block_scratch = options_.recompute || !keep;
   const int64_t B = options_.batch, T = options_.seq, rows = B * T;
   const int64_t width = local_rows_ * hidden_;
   ZS_CHECK(!live_.contains(micro_batch), "GptChunk: micro-batch {} forwarded twice", micro_batch);
@@ -71,7 +77,7 @@ StatusOr<float> GptChunk::Forward(int micro_batch, std::span<const float> input,
   const int nb = num_blocks();
   st.x.assign(size_t(nb + 1), {});
   for (auto& v : st.x) v.resize(size_t(width));
-  if (!options_.recompute) st.blocks.resize(size_t(nb));
+  if (!block_scratch) st.blocks.resize(size_t(nb));
 
   if (has_embedding() || has_head()) {
     tokens_.resize(size_t(rows));
@@ -94,26 +100,27 @@ StatusOr<float> GptChunk::Forward(int micro_batch, std::span<const float> input,
     const int layer = first_block() + i;
     const std::vector<int> units = model_.LayerUnits(layer);
     for (int u : units) ZS_RETURN_IF_ERROR(access_.BeginForward(u));
-    tp::TpBlockActivations& act = options_.recompute ? scratch_ : st.blocks[size_t(i)];
-    ZS_RETURN_IF_ERROR(model_.BlockForward(layer, access_, st.x[size_t(i)], B, T, act,
-                                           st.x[size_t(i + 1)]));
-    for (auto u = units.rbegin(); u != units.rend(); ++u) ZS_RETURN_IF_ERROR(access_.EndForward(*u));
+    tp::TpBlockActivations& act = block_scratch ? scratch_ : st.blocks[size_t(i)];
+    ZS_RETURN_IF_ERROR(
+        model_.BlockForward(layer, access_, st.x[size_t(i)], B, T, act, st.x[size_t(i + 1)]));
+    for (auto u = units.rbegin(); u != units.rend(); ++u)
+      ZS_RETURN_IF_ERROR(access_.EndForward(*u));
   }
   float loss = 0.0f;
   if (has_head()) {
     ZS_RETURN_IF_ERROR(access_.BeginForward(head_unit_));
     if (wte_in_access()) {
       ZS_RETURN_IF_ERROR(access_.BeginForward(tp::TpGpt::kEmbedUnit));  // tied projection
-      ZS_ASSIGN_OR_RETURN(loss, model_.HeadForward(access_, st.x[size_t(nb)], st.targets,
-                                                   access_.Param(tp::TpGpt::kEmbedUnit, 0),
-                                                   st.head));
+      ZS_ASSIGN_OR_RETURN(loss,
+                          model_.HeadForward(access_, st.x[size_t(nb)], st.targets,
+                                             access_.Param(tp::TpGpt::kEmbedUnit, 0), st.head));
       ZS_RETURN_IF_ERROR(access_.EndForward(tp::TpGpt::kEmbedUnit));
     } else {
       if (micro_batch == 0) {
         ZS_ASSIGN_OR_RETURN(remote_wte_, tied_->ReceiveWeights());
       }
-      ZS_ASSIGN_OR_RETURN(loss, model_.HeadForward(access_, st.x[size_t(nb)], st.targets,
-                                                   remote_wte_, st.head));
+      ZS_ASSIGN_OR_RETURN(
+          loss, model_.HeadForward(access_, st.x[size_t(nb)], st.targets, remote_wte_, st.head));
     }
     ZS_RETURN_IF_ERROR(access_.EndForward(head_unit_));
   } else {
@@ -121,6 +128,14 @@ StatusOr<float> GptChunk::Forward(int micro_batch, std::span<const float> input,
              output.size(), width);
     std::copy(st.x[size_t(nb)].begin(), st.x[size_t(nb)].end(), output.begin());
   }
+  UpdateTracker();
+  return loss;
+}
+
+StatusOr<float> GptChunk::ForwardOnly(int micro_batch, std::span<const float> input,
+                                      std::span<float> output) {
+  StatusOr<float> loss = RunForward(micro_batch, input, output, /*keep=*/false);
+  live_.erase(micro_batch);  // also after an error: nothing waits for a backward
   UpdateTracker();
   return loss;
 }

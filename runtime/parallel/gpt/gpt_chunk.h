@@ -24,6 +24,11 @@
 //   recompute per unit: the stored activations of a block shrink to one [local_rows, H] tensor
 //   at the price of one more forward. Bytes held are recorded in `tracker` (kHost,
 //   kActivations) after every call; activation_bytes() and peak_activation_bytes() report them.
+// - ForwardOnly (an evaluation pass, PipelineRunner::RunForwardOnly): Forward's computation and
+//   loss, keeping nothing afterwards: the micro-batch's activations live only during the call.
+//   The brackets are the same forward brackets (the engines are in an evaluation,
+//   ZeroEngine::BeginEvaluation, so they stage nothing); the tied link sends and receives wte at
+//   micro-batch 0 as in a step and carries no gradient.
 // - `data` fills a micro-batch's tokens and targets (batch*seq each); called on the first and
 //   the last chunk only. Borrowed: model, access, tied, tracker must outlive the chunk.
 // - Errors: those of the hooks, the tp collectives, the link and `data`, returned as they are.
@@ -72,6 +77,8 @@ class GptChunk final : public PipelineChunk {
                           std::span<float> output) override;
   Status Backward(int micro_batch, std::span<const float> output_grad,
                   std::span<float> input_grad) override;
+  StatusOr<float> ForwardOnly(int micro_batch, std::span<const float> input,
+                              std::span<float> output) override;
 
   bool has_embedding() const { return options_.begin == 0; }
   // The head reads wte through the UnitAccess (this rank holds unit 0).
@@ -92,6 +99,9 @@ class GptChunk final : public PipelineChunk {
     std::vector<int32_t> targets;
     int64_t bytes() const;
   };
+  // Forward (keep: the activations stay for Backward) or ForwardOnly (they do not).
+  StatusOr<float> RunForward(int micro_batch, std::span<const float> input,
+                             std::span<float> output, bool keep);
   int first_block() const;  // the first layer index in the chunk
   int num_blocks() const;
   void UpdateTracker();

@@ -10,10 +10,9 @@ namespace {
 
 // The cost of each segment (embed, L layers, head) by `options.partition`, and how it came
 // about in `summary`. Measuring is collective over the world.
-StatusOr<std::vector<double>> SegmentCostsFor(const GridGptOptions& options,
-                                              const tp::TpGpt& model, const ProcessGroups& groups,
-                                              Device& device, MemoryTracker* tracker,
-                                              std::string* summary) {
+StatusOr<std::vector<double>> SegmentCostsFor(const GridGptOptions& options, const tp::TpGpt& model,
+                                              const ProcessGroups& groups, Device& device,
+                                              MemoryTracker* tracker, std::string* summary) {
   const int segments = model.num_segments();
   switch (options.partition) {
     case PartitionCost::kParams:
@@ -60,8 +59,8 @@ std::string_view PartitionCostName(PartitionCost cost) {
 }
 
 StatusOr<PartitionCost> ParsePartitionCost(std::string_view name) {
-  for (PartitionCost c : {PartitionCost::kParams, PartitionCost::kMeasured,
-                          PartitionCost::kExplicit}) {
+  for (PartitionCost c :
+       {PartitionCost::kParams, PartitionCost::kMeasured, PartitionCost::kExplicit}) {
     if (name == PartitionCostName(c)) return c;
   }
   return InvalidArgumentError(
@@ -78,9 +77,9 @@ StatusOr<std::unique_ptr<GridGpt>> GridGpt::Create(const GridGptOptions& options
   const int pp_rank = groups.coord().pp;
   const int micro_batches = int(options.engine.gradient_accumulation_steps);
   if (options.virtual_stages != 1 && options.schedule != ScheduleKind::kInterleaved) {
-    return InvalidArgumentError(fmt::format(
-        "virtual stages {} need the interleaved schedule, not '{}'", options.virtual_stages,
-        ScheduleKindName(options.schedule)));
+    return InvalidArgumentError(
+        fmt::format("virtual stages {} need the interleaved schedule, not '{}'",
+                    options.virtual_stages, ScheduleKindName(options.schedule)));
   }
   const bool experts = options.model.moe.enabled();
   const int dp = groups.grid().dp_size(), dp_rank = groups.coord().dp;
@@ -89,20 +88,20 @@ StatusOr<std::unique_ptr<GridGpt>> GridGpt::Create(const GridGptOptions& options
   }
   if (experts) {
     if (options.ep < 1 || dp % options.ep != 0) {
-      return InvalidArgumentError(fmt::format(
-          "the expert-parallel degree ep {} must divide the data-parallel degree dp {}",
-          options.ep, dp));
+      return InvalidArgumentError(
+          fmt::format("the expert-parallel degree ep {} must divide the data-parallel degree dp {}",
+                      options.ep, dp));
     }
-    ZS_ASSIGN_OR_RETURN(g->ep_, groups.dp().Split(dp_rank / options.ep, dp_rank % options.ep,
-                                                  "ep"));
-    ZS_ASSIGN_OR_RETURN(g->edp_, groups.dp().Split(dp_rank % options.ep, dp_rank / options.ep,
-                                                   "edp"));
+    ZS_ASSIGN_OR_RETURN(g->ep_,
+                        groups.dp().Split(dp_rank / options.ep, dp_rank % options.ep, "ep"));
+    ZS_ASSIGN_OR_RETURN(g->edp_,
+                        groups.dp().Split(dp_rank % options.ep, dp_rank / options.ep, "edp"));
   }
   ZS_ASSIGN_OR_RETURN(g->model_,
                       tp::TpGpt::Create(options.model, groups.tp(), tracker, g->ep_.get()));
   const tp::TpGpt& model = *g->model_;
-  ZS_ASSIGN_OR_RETURN(g->segment_costs_, SegmentCostsFor(options, model, groups, device,
-                                                          tracker, &g->cost_summary_));
+  ZS_ASSIGN_OR_RETURN(g->segment_costs_,
+                      SegmentCostsFor(options, model, groups, device, tracker, &g->cost_summary_));
   const std::vector<double>& costs = g->segment_costs_;
   auto partition = PartitionVirtualStages(costs, pp, options.virtual_stages);
   if (!partition.ok()) {
@@ -120,8 +119,8 @@ StatusOr<std::unique_ptr<GridGpt>> GridGpt::Create(const GridGptOptions& options
     for (int seg = r.begin; seg < r.end; ++seg) {
       for (int u : model.SegmentUnits(seg)) {
         g->units_.push_back(u);
-        const bool expert_unit = experts && seg >= 1 && seg <= options.model.gpt.layers &&
-                                 u == model.moe_unit(seg - 1);
+        const bool expert_unit =
+            experts && seg >= 1 && seg <= options.model.gpt.layers && u == model.moe_unit(seg - 1);
         (expert_unit ? expert_units : dense_units).push_back(u);
       }
     }
@@ -152,19 +151,19 @@ StatusOr<std::unique_ptr<GridGpt>> GridGpt::Create(const GridGptOptions& options
     // train_batch_size is counted over dp, and the dense engine checks it.
     EngineConfig expert_config = options.engine;
     expert_config.train_batch_size = 0;
-    ZS_ASSIGN_OR_RETURN(g->expert_engine_,
-                        ZeroEngine::Create(expert_config, std::move(expert_spec),
-                                           SubsetInit(init, expert_units), device, *g->edp_,
-                                           nullptr, expert_parallel));
+    ZS_ASSIGN_OR_RETURN(
+        g->expert_engine_,
+        ZeroEngine::Create(expert_config, std::move(expert_spec), SubsetInit(init, expert_units),
+                           device, *g->edp_, nullptr, expert_parallel));
     backings.push_back({expert_units, g->expert_engine_.get()});
   }
   g->access_ = std::make_unique<SubsetUnitAccess>(model.spec(), std::move(backings));
   g->dense_units_ = dense_units;
   g->expert_units_ = expert_units;
   if (pp > 1) {
-    ZS_ASSIGN_OR_RETURN(g->tied_,
-                        TiedEmbeddingLink::Create(groups.pp(),
-                                                  model.spec().units[0].params[0].numel(), tracker));
+    ZS_ASSIGN_OR_RETURN(
+        g->tied_,
+        TiedEmbeddingLink::Create(groups.pp(), model.spec().units[0].params[0].numel(), tracker));
   }
   GridGpt* self = g.get();
   MicroBatchData data = [self](int mb, std::span<int32_t> tokens, std::span<int32_t> targets) {
@@ -193,16 +192,53 @@ StatusOr<std::unique_ptr<GridGpt>> GridGpt::Create(const GridGptOptions& options
 
 GridGpt::~GridGpt() = default;
 
+Status GridGpt::Aborted() const {
+  return AbortedError(
+      fmt::format("GridGpt: an earlier step failed ({}); this rank's model is no longer "
+                  "consistent with its peers'",
+                  broken_.ToString()));
+}
+
 StatusOr<GridStepResult> GridGpt::TrainStep(const MicroBatchData& data) {
-  if (!broken_.ok()) {
-    return AbortedError(
-        fmt::format("GridGpt: an earlier step failed ({}); this rank's model is no longer "
-                    "consistent with its peers'",
-                    broken_.ToString()));
-  }
+  if (!broken_.ok()) return Aborted();
   StatusOr<GridStepResult> result = RunStep(data);
   if (!result.ok()) broken_ = result.status();
   return result;
+}
+
+StatusOr<double> GridGpt::Evaluate(const MicroBatchData& data, int micro_batches) {
+  if (!broken_.ok()) return Aborted();
+  if (micro_batches < 1) {
+    return InvalidArgumentError(fmt::format(
+        "GridGpt::Evaluate: {} micro-batches; an evaluation needs at least one", micro_batches));
+  }
+  StatusOr<double> loss = RunEvaluation(data, micro_batches);
+  if (!loss.ok()) broken_ = loss.status().WithContext("evaluating");
+  return loss;
+}
+
+StatusOr<double> GridGpt::RunEvaluation(const MicroBatchData& data, int micro_batches) {
+  data_ = data;
+  ZS_RETURN_IF_ERROR(engine_->BeginEvaluation());
+  if (expert_engine_ != nullptr) ZS_RETURN_IF_ERROR(expert_engine_->BeginEvaluation());
+  StatusOr<PipelineStepResult> pass = runner_->RunForwardOnly(micro_batches);
+  ZS_RETURN_IF_ERROR(pass.status());
+  if (tied_ != nullptr) ZS_RETURN_IF_ERROR(tied_->Finish());
+  ZS_RETURN_IF_ERROR(engine_->EndEvaluation());
+  if (expert_engine_ != nullptr) ZS_RETURN_IF_ERROR(expert_engine_->EndEvaluation());
+  return GlobalMeanLoss(pass->losses);
+}
+
+StatusOr<double> GridGpt::GlobalMeanLoss(const std::vector<float>& last_stage_losses) {
+  // The replica's loss lives on the last stage (the same on every tp rank): tp rank 0 of the
+  // last stage contributes it to the model-parallel group, then the dp group averages.
+  double local = 0;
+  if (!last_stage_losses.empty() && groups_->coord().tp == 0) {
+    for (float l : last_stage_losses) local += double(l);
+    local /= double(last_stage_losses.size());
+  }
+  ZS_ASSIGN_OR_RETURN(const double replica, AllSumScalar(groups_->model_parallel(), local));
+  return engine_->AllReduceMean(replica);
 }
 
 StatusOr<GridStepResult> GridGpt::RunStep(const MicroBatchData& data) {
@@ -223,15 +259,7 @@ StatusOr<GridStepResult> GridGpt::RunStep(const MicroBatchData& data) {
     ZS_ASSIGN_OR_RETURN(result.step, engine_->FinishStep(total));
     ZS_RETURN_IF_ERROR(expert_engine_->FinishStep(total).status());
   }
-  // The replica's loss lives on the last stage (the same on every tp rank): tp rank 0 of the
-  // last stage contributes it to the model-parallel group, then the dp group averages.
-  double local = 0;
-  if (!result.pipeline.losses.empty() && groups_->coord().tp == 0) {
-    for (float l : result.pipeline.losses) local += double(l);
-    local /= double(result.pipeline.losses.size());
-  }
-  ZS_ASSIGN_OR_RETURN(const double replica, AllSumScalar(groups_->model_parallel(), local));
-  ZS_ASSIGN_OR_RETURN(result.loss, engine_->AllReduceMean(replica));
+  ZS_ASSIGN_OR_RETURN(result.loss, GlobalMeanLoss(result.pipeline.losses));
   return result;
 }
 
@@ -242,8 +270,8 @@ StatusOr<std::vector<float>> GridGpt::GatherMasterParam(int unit, int param) {
   for (size_t i = 0; i < expert_units_.size(); ++i) {
     if (expert_units_[i] == unit) return expert_engine_->GatherMasterParam(int(i), param);
   }
-  return InvalidArgumentError(fmt::format("unit {} is not held by pipeline stage {}", unit,
-                                          groups_->coord().pp));
+  return InvalidArgumentError(
+      fmt::format("unit {} is not held by pipeline stage {}", unit, groups_->coord().pp));
 }
 
 StatusOr<uint64_t> GridGpt::MasterDigest() {

@@ -34,7 +34,13 @@
 //   and count on tp rank 0 ([Note: experts over tp], tp_transformer_block.h). The loss
 //   reported is the language-model cross-entropy; the load-balancing loss is in the gradients
 //   only.
-// - After a failed TrainStep the object is broken (its engines may be half-stepped, its
+// - Evaluate runs a forward-only pass (a held-out loss) of `micro_batches` micro-batches between
+//   steps: the engines in an evaluation (ZeroEngine::BeginEvaluation: nothing staged, reduced or
+//   stepped), the pipeline's forward-only schedule (PipelineRunner::RunForwardOnly), no
+//   activations kept. It returns the global mean loss as TrainStep does, and changes nothing a
+//   step reads: a step after it has the same bits as without it. Collective over the world;
+//   `data` as for TrainStep. micro_batches < 1 is InvalidArgument (nothing run).
+// - After a failed TrainStep (or Evaluate) the object is broken (its engines may be half-stepped, its
 //   pipeline's messages out of order): every later TrainStep fails at once with kAborted naming
 //   the first error.
 // - One pp rank may hold several chunks (virtual stages), also with pp = 1: the head then reads
@@ -109,6 +115,7 @@ class GridGpt {
   ~GridGpt();
 
   StatusOr<GridStepResult> TrainStep(const MicroBatchData& data);
+  StatusOr<double> Evaluate(const MicroBatchData& data, int micro_batches);
 
   ZeroEngine& engine() { return *engine_; }
   ZeroEngine* expert_engine() { return expert_engine_.get(); }  // null without expert units
@@ -133,6 +140,11 @@ class GridGpt {
  private:
   GridGpt() = default;
   StatusOr<GridStepResult> RunStep(const MicroBatchData& data);
+  StatusOr<double> RunEvaluation(const MicroBatchData& data, int micro_batches);
+  // The mean of the last stage's per-micro-batch losses, over the grid: tp rank 0 of the last
+  // stage contributes it to the model-parallel group, then the dp group averages.
+  StatusOr<double> GlobalMeanLoss(const std::vector<float>& last_stage_losses);
+  Status Aborted() const;  // kAborted naming broken_
 
   const ProcessGroups* groups_ = nullptr;
   GridGptOptions options_;

@@ -17,6 +17,10 @@
 //   (its activations, keyed by micro_batch) and frees it there. Backward accumulates the
 //   parameter gradients of the micro-batch into the chunk's own gradients (the runner knows no
 //   parameters) and writes the gradient of its input to `input_grad`.
+// - Forward-only passes (PipelineRunner::RunForwardOnly, an evaluation): the runner calls
+//   ForwardOnly instead of Forward, and never Backward: the chunk computes the same output (and
+//   the last chunk the same loss) but keeps nothing for a backward. The default refuses
+//   (Unimplemented): a chunk that cannot tell the two apart must not be evaluated.
 // - Errors: a non-OK Status stops the step; the runner returns it with the rank, the instruction
 //   and the micro-batch as context. The chunk's state after an error is its own business; the
 //   runner does not call it again (it is broken, pipeline_runner.h).
@@ -40,6 +44,12 @@ class PipelineChunk {
                                   std::span<float> output) = 0;
   virtual Status Backward(int micro_batch, std::span<const float> output_grad,
                           std::span<float> input_grad) = 0;
+  virtual StatusOr<float> ForwardOnly(int micro_batch, std::span<const float> input,
+                                      std::span<float> output);
 };
+
+inline StatusOr<float> PipelineChunk::ForwardOnly(int, std::span<const float>, std::span<float>) {
+  return UnimplementedError("this pipeline chunk has no forward-only pass (evaluation)");
+}
 
 }  // namespace zs

@@ -52,11 +52,8 @@ double MeasuredBubbleFraction(std::span<const PipelineStepResult> ranks) {
 // and (p = 1) the activations and gradients handed between chunks of this rank.
 class PipelineRunner::Step {
  public:
-  explicit Step(PipelineRunner& runner)
-      : runner_(runner),
-        s_(runner.schedule_),
-        list_(s_.per_rank[runner.rank_]),
-        recvs_(list_.size()) {}
+  Step(PipelineRunner& runner, const PipelineSchedule& schedule)
+      : runner_(runner), s_(schedule), list_(s_.per_rank[runner.rank_]), recvs_(list_.size()) {}
 
   StatusOr<PipelineStepResult> Run() {
     PipelineStepResult result;
@@ -153,7 +150,8 @@ class PipelineRunner::Step {
     InstructionTiming timing{ins, Seconds(Clock::now() - result.start), 0};
     Status status;
     if (ins.op == PipelineOp::kForward) {
-      StatusOr<float> loss = chunk.Forward(ins.micro_batch, *input, output);
+      StatusOr<float> loss = s_.forward_only ? chunk.ForwardOnly(ins.micro_batch, *input, output)
+                                             : chunk.Forward(ins.micro_batch, *input, output);
       status = loss.status();
       if (loss.ok() && s_.IsLastChunk(ins.chunk)) result.losses[ins.micro_batch] = *loss;
     } else {
@@ -177,10 +175,10 @@ class PipelineRunner::Step {
                                                         : runner_.links_.SendGradients();
     const int peer =
         ins.op == PipelineOp::kForward ? runner_.links_.next_rank() : runner_.links_.prev_rank();
-    runner_.buffers_.Start(comm, std::move(output), peer,
-                           fmt::format("{}: sending its {}", Where(runner_.rank_, i, ins),
-                                       ins.op == PipelineOp::kForward ? "output activation"
-                                                                      : "input gradient"));
+    runner_.buffers_.Start(
+        comm, std::move(output), peer,
+        fmt::format("{}: sending its {}", Where(runner_.rank_, i, ins),
+                    ins.op == PipelineOp::kForward ? "output activation" : "input gradient"));
     return OkStatus();
   }
 
@@ -269,8 +267,8 @@ StatusOr<std::unique_ptr<PipelineRunner>> PipelineRunner::Create(Communicator& p
         return InvalidArgumentError(fmt::format(
             "{}: rank {} runs schedule {} for {} ranks, {} micro-batches, {} virtual stages; "
             "this rank {} for {}, {}, {}",
-            who, r, o[0] >= 0 && o[0] <= 2 ? ScheduleKindName(ScheduleKind(o[0])) : "?", o[1],
-            o[2], o[3], ScheduleKindName(schedule.kind), shape[1], shape[2], shape[3]));
+            who, r, o[0] >= 0 && o[0] <= 2 ? ScheduleKindName(ScheduleKind(o[0])) : "?", o[1], o[2],
+            o[3], ScheduleKindName(schedule.kind), shape[1], shape[2], shape[3]));
       }
     }
   }
@@ -340,12 +338,29 @@ StatusOr<std::unique_ptr<PipelineRunner>> PipelineRunner::Create(Communicator& p
       new PipelineRunner(rank, std::move(schedule), std::move(chunks), std::move(*links), options));
 }
 
-StatusOr<PipelineStepResult> PipelineRunner::RunStep() {
+StatusOr<PipelineStepResult> PipelineRunner::RunStep() { return Run(schedule_); }
+
+StatusOr<PipelineStepResult> PipelineRunner::RunForwardOnly(int micro_batches) {
+  if (broken_.ok() &&
+      (!forward_only_.forward_only || forward_only_.micro_batches != micro_batches)) {
+    StatusOr<PipelineSchedule> pass = BuildForwardOnlySchedule(
+        schedule_.kind, schedule_.ranks, micro_batches, schedule_.virtual_stages);
+    Status valid = pass.ok() ? ValidateSchedule(*pass) : pass.status();
+    if (!valid.ok()) {
+      // Every rank builds the same pass from the same m, so every rank fails alike here.
+      return valid.WithContext(fmt::format("pipeline rank {}: forward-only pass", rank_));
+    }
+    forward_only_ = std::move(*pass);
+  }
+  return Run(forward_only_);
+}
+
+StatusOr<PipelineStepResult> PipelineRunner::Run(const PipelineSchedule& schedule) {
   if (!broken_.ok()) {
     return AbortedError(fmt::format("pipeline rank {} is broken by an earlier error: {}", rank_,
                                     broken_.ToString()));
   }
-  StatusOr<PipelineStepResult> result = Step(*this).Run();
+  StatusOr<PipelineStepResult> result = Step(*this, schedule).Run();
   if (!result.ok()) broken_ = result.status();
   return result;
 }

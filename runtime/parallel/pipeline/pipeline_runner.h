@@ -14,6 +14,11 @@
 //   neighbour (p = 1) gets its input handed over in memory. It returns the last chunk's loss
 //   per micro-batch on the rank that holds the last chunk (empty elsewhere) and when each
 //   instruction's Forward/Backward ran.
+// - RunForwardOnly(m) runs a forward-only pass (an evaluation) of m micro-batches over the same
+//   chunks and links: BuildForwardOnlySchedule's list, ForwardOnly on every chunk, only
+//   activations on the wire. It is collective over the pp group like RunStep (every rank passes
+//   the same m), may come between any two steps, and fails and breaks the runner as RunStep
+//   does. The pass's schedule is built and validated on first use of each m.
 // - One thread at a time calls a runner; RunStep blocks the host (on chunk compute and on
 //   receives), nothing else.
 //
@@ -109,6 +114,7 @@ class PipelineRunner {
   PipelineRunner& operator=(const PipelineRunner&) = delete;
 
   StatusOr<PipelineStepResult> RunStep();
+  StatusOr<PipelineStepResult> RunForwardOnly(int micro_batches);
 
   int rank() const { return rank_; }
   const PipelineSchedule& schedule() const { return schedule_; }
@@ -120,6 +126,7 @@ class PipelineRunner {
 
   PipelineRunner(int rank, PipelineSchedule schedule, std::vector<PipelineChunk*> chunks,
                  PipelineLinks links, PipelineRunnerOptions options);
+  StatusOr<PipelineStepResult> Run(const PipelineSchedule& schedule);
 
 
   const int rank_;
@@ -130,6 +137,7 @@ class PipelineRunner {
   // Message buffers, reused across instructions and steps, and the sends in flight; counted in
   // options_.tracker (host, activations).
   SendBuffers buffers_;
+  PipelineSchedule forward_only_;  // the last RunForwardOnly's (forward_only false: none yet)
   Status broken_;
 };
 

@@ -64,6 +64,18 @@ Instructions Interleaved(int p, int r, int m, int v) {
   return out;
 }
 
+// An evaluation pass on rank r of p: groups of p micro-batches (the last one may be partial),
+// each group through local chunk 0, then local chunk 1, ... (Interleaved's forward order).
+Instructions ForwardOnly(int p, int r, int m, int v) {
+  Instructions out;
+  for (int first = 0; first < m; first += p) {
+    for (int j = 0; j < v; ++j) {
+      for (int mb = first; mb < std::min(first + p, m); ++mb) out.push_back(F(mb, j * p + r));
+    }
+  }
+  return out;
+}
+
 std::string Short(const PipelineInstruction& ins) {
   return fmt::format("{}{}c{}", ins.op == PipelineOp::kForward ? 'F' : 'B', ins.micro_batch,
                      ins.chunk);
@@ -159,6 +171,26 @@ StatusOr<PipelineSchedule> BuildSchedule(ScheduleKind kind, int ranks, int micro
   return schedule;
 }
 
+StatusOr<PipelineSchedule> BuildForwardOnlySchedule(ScheduleKind kind, int ranks, int micro_batches,
+                                                    int virtual_stages) {
+  if (ranks < 1 || micro_batches < 1 || virtual_stages < 1) {
+    return InvalidArgumentError(
+        fmt::format("forward-only pipeline pass with p={} pp ranks, m={} micro-batches, v={} "
+                    "virtual stages: p, m and v must be >= 1",
+                    ranks, micro_batches, virtual_stages));
+  }
+  PipelineSchedule schedule;
+  schedule.kind = kind;
+  schedule.ranks = ranks;
+  schedule.micro_batches = micro_batches;
+  schedule.virtual_stages = virtual_stages;
+  schedule.forward_only = true;
+  for (int r = 0; r < ranks; ++r) {
+    schedule.per_rank.push_back(ForwardOnly(ranks, r, micro_batches, virtual_stages));
+  }
+  return schedule;
+}
+
 Status ValidateScheduleStructure(const PipelineSchedule& s) {
   if (s.ranks < 1 || s.micro_batches < 1 || s.virtual_stages < 1) {
     return InvalidArgumentError(
@@ -188,6 +220,9 @@ Status ValidateScheduleStructure(const PipelineSchedule& s) {
         return InvalidArgumentError(fmt::format("{}: chunk {} is held by rank {}", where, ins.chunk,
                                                 s.RankOfChunk(ins.chunk)));
       }
+      if (s.forward_only && ins.op == PipelineOp::kBackward) {
+        return InvalidArgumentError(fmt::format("{}: a backward in a forward-only pass", where));
+      }
       int& slot = seen[int(ins.op)][size_t(ins.chunk) * m + ins.micro_batch];
       if (slot >= 0) {
         return InvalidArgumentError(
@@ -200,7 +235,7 @@ Status ValidateScheduleStructure(const PipelineSchedule& s) {
       }
     }
   }
-  for (int op = 0; op < 2; ++op) {
+  for (int op = 0; op < (s.forward_only ? 1 : 2); ++op) {
     for (int c = 0; c < n; ++c) {
       for (int mb = 0; mb < m; ++mb) {
         if (seen[op][size_t(c) * m + mb] < 0) {

@@ -28,6 +28,12 @@
 // - Every schedule built here runs each chunk's forwards in micro-batch order and its backwards
 //   in micro-batch order, so the messages between two ranks in one direction are sent and
 //   received in the same order: the property PipelineRunner needs (ValidateSchedule checks it).
+// - Forward-only schedules (BuildForwardOnlySchedule; an evaluation pass, no gradients) hold
+//   Forward instructions only, each (micro-batch, chunk) exactly once: rank r runs the
+//   micro-batches in groups of p, each group through its local chunk 0, then local chunk 1, ...
+//   (the interleaved schedule's forward order without its backwards; with v = 1 simply
+//   micro-batch order). Any m >= 1 works: the last group may be partial. The same message-order
+//   and deadlock properties hold (ValidateSchedule checks them as for training schedules).
 // - Copyable, immutable after construction; thread-safe.
 #pragma once
 
@@ -60,6 +66,7 @@ struct PipelineSchedule {
   int ranks = 1;
   int micro_batches = 1;
   int virtual_stages = 1;
+  bool forward_only = false;  // an evaluation pass: Forward instructions only
   std::vector<std::vector<PipelineInstruction>> per_rank;  // indexed by pp rank
 
   int num_chunks() const { return ranks * virtual_stages; }
@@ -77,10 +84,16 @@ struct PipelineSchedule {
 StatusOr<PipelineSchedule> BuildSchedule(ScheduleKind kind, int ranks, int micro_batches,
                                          int virtual_stages = 1);
 
+// The forward-only pass over the same chunks (see the contract): `ranks` x `virtual_stages`
+// chunks, `micro_batches` micro-batches (any m >= 1, also for v > 1). `kind` is recorded for
+// the messages only. InvalidArgument (naming the values) for sizes < 1.
+StatusOr<PipelineSchedule> BuildForwardOnlySchedule(ScheduleKind kind, int ranks,
+                                                    int micro_batches, int virtual_stages = 1);
+
 // The structural checks, with InvalidArgument naming the rank and instruction: the sizes are
 // >= 1 and per_rank has `ranks` lists; every instruction is in range and on the rank that holds
 // its chunk; each (op, micro-batch, chunk) appears exactly once; each Forward precedes its
-// Backward on its rank.
+// Backward on its rank. A forward-only schedule holds no Backward (and needs none).
 Status ValidateScheduleStructure(const PipelineSchedule& schedule);
 
 // Everything PipelineRunner relies on: the structure as above; the messages from one rank to

@@ -32,12 +32,13 @@ using parity::SmallGpt;
 
 struct GridResult {
   Status status;
-  std::vector<double> losses;     // rank 0's (the same on every rank)
-  std::vector<double> grad_norms;  // rank 0's global gradient norm per step
-  std::vector<uint64_t> digests;  // per world rank
-  ParamDiff diff;                 // every rank's parameters against the reference, merged
-  std::vector<int64_t> activation_peaks;  // per world rank
-  std::vector<int64_t> micro_batch_peaks;  // per world rank: what micro-batches in flight hold
+  std::vector<double> losses;               // rank 0's (the same on every rank)
+  std::vector<double> grad_norms;           // rank 0's global gradient norm per step
+  std::vector<double> eval_losses;          // rank 0's held-out losses (spec.evaluate)
+  std::vector<uint64_t> digests;            // per world rank
+  ParamDiff diff;                           // every rank's parameters against the reference, merged
+  std::vector<int64_t> activation_peaks;    // per world rank
+  std::vector<int64_t> micro_batch_peaks;   // per world rank: what micro-batches in flight hold
   std::vector<int64_t> comm_buffers_peaks;  // per world rank: gradient staging and buckets
 };
 
@@ -52,25 +53,26 @@ GridResult RunGrid(const GridSpec& spec, const Reference* ref) {
   std::mutex mu;
   CommOptions options;
   options.timeout = std::chrono::milliseconds(60'000);
-  out.status = RunLocalRanks(world, options, [&](int rank, Communicator& comm,
-                                                 MemoryTracker& tracker) -> Status {
-    ZS_ASSIGN_OR_RETURN(RankGrid grid, RankGrid::Create(spec.tp, spec.pp, spec.dp, world));
-    ZS_ASSIGN_OR_RETURN(ProcessGroups groups, ProcessGroups::Create(comm, grid));
-    ZS_ASSIGN_OR_RETURN(auto device, CreateDevice("cpu", tracker));
-    ZS_ASSIGN_OR_RETURN(parity::RankResult r,
-                        parity::RunGridRank(spec, groups, *device, tracker, ref));
-    std::lock_guard<std::mutex> lock(mu);
-    if (rank == 0) {
-      out.losses = r.losses;
-      out.grad_norms = r.grad_norms;
-    }
-    out.digests[size_t(rank)] = r.digest;
-    out.activation_peaks[size_t(rank)] = r.activation_peak;
-    out.micro_batch_peaks[size_t(rank)] = r.micro_batch_peak;
-    out.comm_buffers_peaks[size_t(rank)] = r.comm_buffers_peak;
-    out.diff.Merge(r.diff);
-    return OkStatus();
-  });
+  out.status = RunLocalRanks(
+      world, options, [&](int rank, Communicator& comm, MemoryTracker& tracker) -> Status {
+        ZS_ASSIGN_OR_RETURN(RankGrid grid, RankGrid::Create(spec.tp, spec.pp, spec.dp, world));
+        ZS_ASSIGN_OR_RETURN(ProcessGroups groups, ProcessGroups::Create(comm, grid));
+        ZS_ASSIGN_OR_RETURN(auto device, CreateDevice("cpu", tracker));
+        ZS_ASSIGN_OR_RETURN(parity::RankResult r,
+                            parity::RunGridRank(spec, groups, *device, tracker, ref));
+        std::lock_guard<std::mutex> lock(mu);
+        if (rank == 0) {
+          out.losses = r.losses;
+          out.grad_norms = r.grad_norms;
+          out.eval_losses = r.eval_losses;
+        }
+        out.digests[size_t(rank)] = r.digest;
+        out.activation_peaks[size_t(rank)] = r.activation_peak;
+        out.micro_batch_peaks[size_t(rank)] = r.micro_batch_peak;
+        out.comm_buffers_peaks[size_t(rank)] = r.comm_buffers_peak;
+        out.diff.Merge(r.diff);
+        return OkStatus();
+      });
   return out;
 }
 
@@ -78,14 +80,15 @@ GridResult RunGrid(const GridSpec& spec, const Reference* ref) {
 // loss and gradient norm, the parameter differences measured by RunGrid).
 void ExpectCloseToOneRank(const GridSpec& spec, const GridResult& grid, const Reference& ref) {
   for (const std::string& failure :
-       parity::ParityFailures(grid.losses, grid.grad_norms, grid.diff, ref)) {
+       parity::ParityFailures(grid.losses, grid.grad_norms, grid.diff, ref, grid.eval_losses)) {
     ADD_FAILURE() << failure;
   }
   if (grid.losses.empty() || ref.losses.empty()) return;
-  std::printf("  %s: losses %.6f -> %.6f (one rank %.6f -> %.6f), parameters: max |diff| %.3g, "
-              "mean %.3g\n",
-              spec.ToString().c_str(), grid.losses.front(), grid.losses.back(),
-              ref.losses.front(), ref.losses.back(), grid.diff.max, grid.diff.mean());
+  std::printf(
+      "  %s: losses %.6f -> %.6f (one rank %.6f -> %.6f), parameters: max |diff| %.3g, "
+      "mean %.3g\n",
+      spec.ToString().c_str(), grid.losses.front(), grid.losses.back(), ref.losses.front(),
+      ref.losses.back(), grid.diff.max, grid.diff.mean());
 }
 
 void ExpectMatchesReference(const GridSpec& spec) {
@@ -212,6 +215,71 @@ TEST(GridGptTest, RecomputeGivesTheSameBitsWithLessActivationMemory) {
   }
 }
 
+// GridGpt::Evaluate: a forward-only pass over the pipeline (the engines in an evaluation, no
+// activations kept) before every step and after the last one gives the one-rank run's held-out
+// loss (nn::Gpt::Forward between its steps), and the steps around it keep their bits: the
+// digests equal those of the same run without evaluations.
+TEST(GridGptTest, EvaluationMatchesOneRankAndLeavesTheStepsUnchanged) {
+  std::vector<GridSpec> specs(3);
+  specs[0].tp = specs[0].pp = specs[0].dp = 2;  // TP2 x PP2 x DP2, 1F1B, ZeRO-3
+  specs[0].ga = 2;
+  specs[0].stage = 3;
+  specs[1].pp = 2;  // interleaved over 2 x 2 chunks, 3 eval micro-batches: a partial group
+  specs[1].layers = 3;
+  specs[1].ga = 2;
+  specs[1].schedule = ScheduleKind::kInterleaved;
+  specs[1].virtual_stages = 2;
+  specs[1].recompute = true;
+  specs[1].eval_micro_batches = 3;
+  specs[2].experts = 4;  // experts over ep 2 with a pipeline
+  specs[2].pp = 2;
+  specs[2].dp = 2;
+  specs[2].ep = 2;
+  specs[2].ga = 2;
+  specs[2].stage = 2;
+  for (GridSpec s : specs) {
+    s.evaluate = true;
+    SCOPED_TRACE(s.ToString());
+    const StatusOr<Reference> ref = parity::RunReference(s);
+    ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+    ASSERT_EQ(ref->eval_losses.size(), size_t(parity::kSteps + 1));
+    const GridResult evaluated = RunGrid(s, &*ref);
+    ASSERT_TRUE(evaluated.status.ok()) << evaluated.status.ToString();
+    ExpectCloseToOneRank(s, evaluated, *ref);
+    // Training moves the held-out loss (or the comparison above shows little).
+    EXPECT_NE(evaluated.eval_losses.front(), evaluated.eval_losses.back());
+    s.evaluate = false;
+    const GridResult plain = RunGrid(s, nullptr);
+    ASSERT_TRUE(plain.status.ok()) << plain.status.ToString();
+    EXPECT_EQ(evaluated.digests, plain.digests);
+  }
+}
+
+TEST(GridGptTest, EvaluationNeedsAMicroBatch) {
+  GridSpec s;
+  s.pp = 2;
+  const Status status = RunLocalRanks(
+      2, CommOptions{}, [&](int, Communicator& comm, MemoryTracker& tracker) -> Status {
+        ZS_ASSIGN_OR_RETURN(RankGrid grid, RankGrid::Create(1, 2, 1, 2));
+        ZS_ASSIGN_OR_RETURN(ProcessGroups groups, ProcessGroups::Create(comm, grid));
+        ZS_ASSIGN_OR_RETURN(auto device, CreateDevice("cpu", tracker));
+        ZS_ASSIGN_OR_RETURN(auto g, GridGpt::Create(parity::Options(s), groups, *device, &tracker));
+        auto none = [](int, std::span<int32_t>, std::span<int32_t>) { return OkStatus(); };
+        const StatusOr<double> loss = g->Evaluate(none, 0);
+        if (loss.ok() || loss.status().code() != StatusCode::kInvalidArgument) {
+          return InternalError("Evaluate(0 micro-batches) was not InvalidArgument");
+        }
+        // Nothing ran, so nothing broke: a step still runs.
+        return g
+            ->TrainStep([&](int mb, std::span<int32_t> tokens, std::span<int32_t> targets) {
+              Fill(0, mb, 0, 1, s.micro_batch, tokens, targets);
+              return OkStatus();
+            })
+            .status();
+      });
+  EXPECT_TRUE(status.ok()) << status.ToString();
+}
+
 // Experts: the same grid code at one rank (every expert local) is the reference
 // (parity::RunReference); MoeMlp itself is checked against a float64 loop and finite
 // differences in expert_test. The capacity is large, so no token is dropped at any ep size.
@@ -282,41 +350,41 @@ TEST(GridGptTest, ARankFailingMidStepFailsEveryRankWithoutHanging) {
   CommOptions options;
   options.timeout = std::chrono::milliseconds(20'000);
   const auto start = std::chrono::steady_clock::now();
-  (void)RunLocalRanks(world, options, [&](int rank, Communicator& comm,
-                                          MemoryTracker& tracker) -> Status {
-    Status result = [&]() -> Status {
-      ZS_ASSIGN_OR_RETURN(RankGrid grid, RankGrid::Create(2, 2, 2, world));
-      ZS_ASSIGN_OR_RETURN(ProcessGroups groups, ProcessGroups::Create(comm, grid));
-      ZS_ASSIGN_OR_RETURN(auto device, CreateDevice("cpu", tracker));
-      GridGptOptions o;
-      o.model.gpt = SmallGpt(2);
-      o.engine = Config(1, 2);
-      o.micro_batch = 2;
-      o.seq = kSeq;
-      ZS_ASSIGN_OR_RETURN(auto g, GridGpt::Create(o, groups, *device, &tracker));
-      for (int step = 0; step < 3; ++step) {
-        StatusOr<GridStepResult> r =
-            g->TrainStep([&](int mb, std::span<int32_t> tokens, std::span<int32_t> targets) {
-              if (rank == 1 && step == 1 && mb == 1) {
-                return IoError("injected: rank 1 lost its data");
-              }
-              Fill(step, mb, groups.coord().dp, 2, 2, tokens, targets);
-              return OkStatus();
-            });
-        if (!r.ok()) {
-          // Once broken, always broken.
-          StatusOr<GridStepResult> again = g->TrainStep(
-              [](int, std::span<int32_t>, std::span<int32_t>) { return OkStatus(); });
-          EXPECT_EQ(again.status().code(), StatusCode::kAborted) << again.status().ToString();
-          return r.status();
-        }
-      }
-      return OkStatus();
-    }();
-    std::lock_guard<std::mutex> lock(mu);
-    statuses[size_t(rank)] = result;
-    return result;
-  });
+  (void)RunLocalRanks(
+      world, options, [&](int rank, Communicator& comm, MemoryTracker& tracker) -> Status {
+        Status result = [&]() -> Status {
+          ZS_ASSIGN_OR_RETURN(RankGrid grid, RankGrid::Create(2, 2, 2, world));
+          ZS_ASSIGN_OR_RETURN(ProcessGroups groups, ProcessGroups::Create(comm, grid));
+          ZS_ASSIGN_OR_RETURN(auto device, CreateDevice("cpu", tracker));
+          GridGptOptions o;
+          o.model.gpt = SmallGpt(2);
+          o.engine = Config(1, 2);
+          o.micro_batch = 2;
+          o.seq = kSeq;
+          ZS_ASSIGN_OR_RETURN(auto g, GridGpt::Create(o, groups, *device, &tracker));
+          for (int step = 0; step < 3; ++step) {
+            StatusOr<GridStepResult> r =
+                g->TrainStep([&](int mb, std::span<int32_t> tokens, std::span<int32_t> targets) {
+                  if (rank == 1 && step == 1 && mb == 1) {
+                    return IoError("injected: rank 1 lost its data");
+                  }
+                  Fill(step, mb, groups.coord().dp, 2, 2, tokens, targets);
+                  return OkStatus();
+                });
+            if (!r.ok()) {
+              // Once broken, always broken.
+              StatusOr<GridStepResult> again = g->TrainStep(
+                  [](int, std::span<int32_t>, std::span<int32_t>) { return OkStatus(); });
+              EXPECT_EQ(again.status().code(), StatusCode::kAborted) << again.status().ToString();
+              return r.status();
+            }
+          }
+          return OkStatus();
+        }();
+        std::lock_guard<std::mutex> lock(mu);
+        statuses[size_t(rank)] = result;
+        return result;
+      });
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_NE(statuses[1].message().find("injected"), std::string::npos) << statuses[1].ToString();

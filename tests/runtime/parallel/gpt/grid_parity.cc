@@ -49,7 +49,21 @@ StatusOr<Reference> RunDenseReference(const GridSpec& spec) {
         ZS_ASSIGN_OR_RETURN(auto engine, ZeroEngine::Create(Config(0, micro_batches), gpt->spec(),
                                                             gpt->Init(kSeed), *device, comm));
         std::vector<int32_t> tokens(size_t(b * kSeq)), targets(size_t(b * kSeq));
+        // The held-out loss: nn::Gpt's forward-only passes over the global eval batch.
+        auto evaluate = [&](int e) -> Status {
+          ZS_RETURN_IF_ERROR(engine->BeginEvaluation());
+          double loss = 0;
+          const int eval_micro_batches = spec.eval_mbs() * spec.dp;
+          for (int m = 0; m < eval_micro_batches; ++m) {
+            EvalFill(e, m, 0, 1, b, tokens, targets);
+            ZS_ASSIGN_OR_RETURN(float l, gpt->Forward(*engine, tokens, targets, b, kSeq));
+            loss += double(l) / eval_micro_batches;
+          }
+          ref.eval_losses.push_back(loss);
+          return engine->EndEvaluation();
+        };
         for (int step = 0; step < kSteps; ++step) {
+          if (spec.evaluate) ZS_RETURN_IF_ERROR(evaluate(step));
           double loss = 0;
           for (int m = 0; m < micro_batches; ++m) {
             Fill(step, m, 0, 1, b, tokens, targets);
@@ -60,6 +74,7 @@ StatusOr<Reference> RunDenseReference(const GridSpec& spec) {
           ref.losses.push_back(loss);
           ref.grad_norms.push_back(r.grad_norm);
         }
+        if (spec.evaluate) ZS_RETURN_IF_ERROR(evaluate(kSteps));
         for (int u = 0; u < int(gpt->spec().units.size()); ++u) {
           ref.params.emplace_back();
           for (int p = 0; p < int(gpt->spec().units[size_t(u)].params.size()); ++p) {
@@ -77,6 +92,7 @@ StatusOr<Reference> RunExpertReference(const GridSpec& spec) {
   GridSpec one = spec;
   one.tp = one.pp = one.dp = one.ep = 1;
   one.ga = spec.ga * spec.dp;
+  one.eval_micro_batches = spec.eval_mbs() * spec.dp;
   one.schedule = ScheduleKind::kOneFOneB;
   one.virtual_stages = 1;
   one.lr_scale = 1.0;
@@ -91,6 +107,7 @@ StatusOr<Reference> RunExpertReference(const GridSpec& spec) {
                                                       /*collect_named=*/true));
         ref.losses = std::move(r.losses);
         ref.grad_norms = std::move(r.grad_norms);
+        ref.eval_losses = std::move(r.eval_losses);
         ref.named = std::move(r.named);
         return OkStatus();
       }));
@@ -125,6 +142,11 @@ void Fill(int step, int micro, int rank, int dp, int64_t b, std::span<int32_t> t
       targets[size_t(row * kSeq + t)] = Token(step, g, t + 1);
     }
   }
+}
+
+void EvalFill(int evaluation, int micro, int rank, int dp, int64_t b, std::span<int32_t> tokens,
+              std::span<int32_t> targets) {
+  Fill(1000 + evaluation, micro, rank, dp, b, tokens, targets);
 }
 
 EngineConfig Config(int stage, int accumulation, double lr) {
@@ -174,7 +196,19 @@ StatusOr<RankResult> RunGridRank(const GridSpec& spec, const ProcessGroups& grou
   ZS_ASSIGN_OR_RETURN(auto g, GridGpt::Create(Options(spec), groups, device, &tracker));
   const int dp_rank = groups.coord().dp;
   RankResult out;
+  auto evaluate = [&](int e) -> Status {
+    ZS_ASSIGN_OR_RETURN(const double loss,
+                        g->Evaluate(
+                            [&](int mb, std::span<int32_t> tokens, std::span<int32_t> targets) {
+                              EvalFill(e, mb, dp_rank, spec.dp, spec.micro_batch, tokens, targets);
+                              return OkStatus();
+                            },
+                            spec.eval_mbs()));
+    out.eval_losses.push_back(loss);
+    return OkStatus();
+  };
   for (int step = 0; step < kSteps; ++step) {
+    if (spec.evaluate) ZS_RETURN_IF_ERROR(evaluate(step));
     ZS_ASSIGN_OR_RETURN(GridStepResult r, g->TrainStep([&](int mb, std::span<int32_t> tokens,
                                                            std::span<int32_t> targets) {
       Fill(step, mb, dp_rank, spec.dp, spec.micro_batch, tokens, targets);
@@ -183,6 +217,7 @@ StatusOr<RankResult> RunGridRank(const GridSpec& spec, const ProcessGroups& grou
     out.losses.push_back(r.loss);
     out.grad_norms.push_back(r.step.grad_norm);
   }
+  if (spec.evaluate) ZS_RETURN_IF_ERROR(evaluate(kSteps));
   ZS_ASSIGN_OR_RETURN(out.digest, g->MasterDigest());
   out.activation_peak = g->activation_peak_bytes();
   out.micro_batch_peak = g->micro_batch_peak_bytes();
@@ -232,8 +267,22 @@ StatusOr<RankResult> RunGridRank(const GridSpec& spec, const ProcessGroups& grou
 
 std::vector<std::string> ParityFailures(const std::vector<double>& losses,
                                         const std::vector<double>& grad_norms,
-                                        const ParamDiff& diff, const Reference& ref) {
+                                        const ParamDiff& diff, const Reference& ref,
+                                        const std::vector<double>& eval_losses) {
   std::vector<std::string> failures;
+  if (eval_losses.size() != ref.eval_losses.size()) {
+    failures.push_back(fmt::format("the grid evaluated {} times, the reference {}",
+                                   eval_losses.size(), ref.eval_losses.size()));
+  }
+  for (size_t e = 0; e < std::min(eval_losses.size(), ref.eval_losses.size()); ++e) {
+    const double bound = kLossTolerance * std::abs(ref.eval_losses[e]);
+    if (!(std::abs(eval_losses[e] - ref.eval_losses[e]) <= bound)) {
+      failures.push_back(fmt::format(
+          "evaluation {}: held-out loss {:.9g}, one rank {:.9g}: differs by {:.3g} > {:.3g}", e,
+          eval_losses[e], ref.eval_losses[e], std::abs(eval_losses[e] - ref.eval_losses[e]),
+          bound));
+    }
+  }
   if (losses.size() != ref.losses.size() || grad_norms.size() != ref.grad_norms.size()) {
     failures.push_back(fmt::format("the grid ran {} steps ({} norms), the reference {}",
                                    losses.size(), grad_norms.size(), ref.losses.size()));

@@ -86,6 +86,11 @@ struct GridSpec {
   // is a deliberate mistake, for the checks that the comparison can fail.
   double lr_scale = 1.0;
   bool reduce_per_step = false;  // GridGptOptions::reduce_per_step
+  // Evaluate a held-out batch (EvalFill) before every step and after the last one: the grid's
+  // GridGpt::Evaluate against the reference's forward-only passes, and the steps must not move.
+  bool evaluate = false;
+  int eval_micro_batches = 0;  // per dp rank and evaluation; 0: ga
+  int eval_mbs() const { return eval_micro_batches > 0 ? eval_micro_batches : ga; }
   int world() const { return tp * pp * dp; }
   std::string ToString() const;
 };
@@ -96,6 +101,11 @@ nn::GptConfig SmallGpt(int layers);
 // g = (micro * dp + rank) * b + row, as examples/train_gpt/batch_sampler.h numbers them.
 void Fill(int step, int micro, int rank, int dp, int64_t b, std::span<int32_t> tokens,
           std::span<int32_t> targets);
+
+// The held-out batches: evaluation e (0 .. kSteps) reads the sample stream of step 1000 + e,
+// which no training step reads.
+void EvalFill(int evaluation, int micro, int rank, int dp, int64_t b, std::span<int32_t> tokens,
+              std::span<int32_t> targets);
 
 // AdamW at `lr` with weight decay, clipping at 1 and `accumulation` micro-batches per step.
 EngineConfig Config(int stage, int accumulation, double lr = kLr);
@@ -110,6 +120,7 @@ using NamedParams = std::map<std::string, std::vector<float>>;
 struct Reference {
   std::vector<double> losses;      // per step: the global batch's mean loss
   std::vector<double> grad_norms;  // per step: the global gradient norm before clipping
+  std::vector<double> eval_losses;  // spec.evaluate: per evaluation, the held-out mean loss
   // The final parameters: nn::Gpt's by [unit][param] (dense specs), or by name (experts).
   std::vector<std::vector<std::vector<float>>> params;
   NamedParams named;
@@ -132,6 +143,7 @@ struct ParamDiff {
 struct RankResult {
   std::vector<double> losses;      // the global mean loss per step (the same on every rank)
   std::vector<double> grad_norms;  // the global gradient norm per step
+  std::vector<double> eval_losses;  // spec.evaluate: GridGpt::Evaluate's per evaluation
   uint64_t digest = 0;             // GridGpt::MasterDigest after the last step
   ParamDiff diff;                  // this rank's parameters against the reference's
   int64_t activation_peak = 0;
@@ -148,11 +160,12 @@ StatusOr<RankResult> RunGridRank(const GridSpec& spec, const ProcessGroups& grou
                                  MemoryTracker& tracker, const Reference* ref,
                                  bool collect_named = false);
 
-// The grid's run (losses, norms, and the parameter differences over every rank) against the
-// reference, within the tolerances above; also fails when the reference's loss did not move
-// (the comparison would show nothing).
+// The grid's run (losses, norms, and the parameter differences over every rank; held-out losses
+// when the reference has them) against the reference, within the tolerances above; also fails
+// when the reference's loss did not move (the comparison would show nothing).
 std::vector<std::string> ParityFailures(const std::vector<double>& losses,
                                         const std::vector<double>& grad_norms,
-                                        const ParamDiff& diff, const Reference& ref);
+                                        const ParamDiff& diff, const Reference& ref,
+                                        const std::vector<double>& eval_losses = {});
 
 }  // namespace zs::parallel::parity

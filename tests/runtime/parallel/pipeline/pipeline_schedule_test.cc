@@ -167,6 +167,50 @@ TEST(PipelineScheduleTest, InterleavedShape) {
             "B2c1 B3c1\n");
 }
 
+// Evaluation passes: forwards only, each (micro-batch, chunk) once on the rank holding the chunk,
+// valid (message order, no deadlock) for every m, also m not a multiple of p with v > 1.
+TEST(PipelineScheduleTest, ForwardOnlyPassesAreCompleteAndDeadlockFree) {
+  for (int p = 1; p <= 5; ++p) {
+    for (int m = 1; m <= 9; ++m) {
+      for (int v = 1; v <= 3; ++v) {
+        SCOPED_TRACE(testing::Message() << "p=" << p << " m=" << m << " v=" << v);
+        StatusOr<PipelineSchedule> s =
+            BuildForwardOnlySchedule(ScheduleKind::kInterleaved, p, m, v);
+        ASSERT_TRUE(s.ok()) << s.status().ToString();
+        EXPECT_TRUE(s->forward_only);
+        EXPECT_TRUE(ValidateSchedule(*s).ok()) << ValidateSchedule(*s).ToString() << s->ToString();
+        std::map<std::pair<int, int>, int> count;
+        for (int r = 0; r < p; ++r) {
+          for (const PipelineInstruction& ins : s->per_rank[r]) {
+            EXPECT_EQ(ins.op, PipelineOp::kForward);
+            EXPECT_EQ(s->RankOfChunk(ins.chunk), r);
+            ++count[{ins.micro_batch, ins.chunk}];
+          }
+        }
+        EXPECT_EQ(int(count.size()), m * p * v);
+        for (const auto& [key, n] : count) EXPECT_EQ(n, 1);
+      }
+    }
+  }
+  StatusOr<PipelineSchedule> s = BuildForwardOnlySchedule(ScheduleKind::kInterleaved, 2, 3, 2);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->ToString(),
+            "rank 0: F0c0 F1c0 F0c2 F1c2 F2c0 F2c2\n"
+            "rank 1: F0c1 F1c1 F0c3 F1c3 F2c1 F2c3\n");
+  EXPECT_TRUE(StatusIs(BuildForwardOnlySchedule(ScheduleKind::kOneFOneB, 2, 0, 1).status(),
+                       StatusCode::kInvalidArgument, {"m=0"}));
+  // A training schedule's backward is not allowed in a forward-only pass, and a training
+  // schedule's forwards alone are not a training schedule.
+  StatusOr<PipelineSchedule> training = BuildSchedule(ScheduleKind::kOneFOneB, 2, 2, 1);
+  ASSERT_TRUE(training.ok());
+  training->forward_only = true;
+  EXPECT_TRUE(StatusIs(ValidateScheduleStructure(*training), StatusCode::kInvalidArgument,
+                       {"a backward in a forward-only pass"}));
+  s->forward_only = false;
+  EXPECT_TRUE(StatusIs(ValidateScheduleStructure(*s), StatusCode::kInvalidArgument,
+                       {"never runs the backward"}));
+}
+
 TEST(PipelineScheduleTest, BuildErrorsNameTheValues) {
   EXPECT_TRUE(StatusIs(BuildSchedule(ScheduleKind::kInterleaved, 4, 6, 2).status(),
                        StatusCode::kInvalidArgument, {"m=6", "p=4", "v=2", "divisible"}));
