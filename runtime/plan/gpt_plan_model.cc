@@ -53,10 +53,17 @@ Status CheckShape(const GptShape& s, const GridShape& g) {
     return InvalidArgumentError(
         fmt::format("--heads {} is not divisible by --tp {}", s.heads, g.tp));
   }
+  ZS_RETURN_IF_ERROR(positive("--virtual-stages", g.virtual_stages));
   if (g.pp > s.layers + 2) {
     return InvalidArgumentError(
         fmt::format("--pp {} is more than the {} pipeline segments (embed, --layers {}, head)",
                     g.pp, s.layers + 2, s.layers));
+  }
+  if (g.pp * g.virtual_stages > s.layers + 2) {
+    return InvalidArgumentError(fmt::format(
+        "--pp {} x --virtual-stages {} chunks are more than the {} pipeline segments (embed, "
+        "--layers {}, head)",
+        g.pp, g.virtual_stages, s.layers + 2, s.layers));
   }
   return OkStatus();
 }
@@ -100,96 +107,151 @@ StatusOr<std::vector<StageModel>> GptStages(const GptShape& shape, const GridSha
   ZS_ASSIGN_OR_RETURN(std::unique_ptr<tp::TpGpt> model, tp::TpGpt::Create(config, tp_comm));
   const ModelSpec& spec = model->spec();
   const std::vector<double> costs = model->SegmentCosts();
-  ZS_ASSIGN_OR_RETURN(StagePartition partition, PartitionStages(costs, grid.pp));
+  ZS_ASSIGN_OR_RETURN(StagePartition partition,
+                      PartitionVirtualStages(costs, grid.pp, grid.virtual_stages));
+  ZS_ASSIGN_OR_RETURN(PipelineSchedule schedule,
+                      BuildSchedule(grid.schedule, grid.pp, micro_batches, grid.virtual_stages));
 
   const int64_t B = shape.micro_batch, T = shape.seq, rows = B * T, H = shape.hidden;
   const int64_t local_vocab = model->padded_vocab() / grid.tp;
-  const bool data_parallel_only = grid.tp == 1 && grid.pp == 1 && !recompute;
+  const bool data_parallel_only =
+      grid.tp == 1 && grid.pp == 1 && grid.virtual_stages == 1 && !recompute;
+  const int embed = tp::TpGpt::kEmbedUnit, head = model->head_unit();
   std::vector<StageModel> stages;
   for (int r = 0; r < grid.pp; ++r) {
-    const ChunkUnits chunk = partition.chunks[size_t(r)];
     StageModel st;
     st.pp_rank = r;
+    const std::vector<int> chunk_ids = partition.ChunksOfRank(r);
     std::map<int, int> local;  // model unit -> this stage's unit index
-    auto add_units = [&](int segment) {
-      for (int u : model->SegmentUnits(segment)) {
-        if (local.count(u)) continue;
-        local[u] = int(st.units.size());
-        PlanUnit pu{spec.units[size_t(u)].name, {}};
-        for (const ParamSpec& p : spec.units[size_t(u)].params) pu.param_sizes.push_back(p.numel());
-        st.units.push_back(std::move(pu));
+    for (int c : chunk_ids) {
+      const ChunkUnits chunk = partition.chunks[size_t(c)];
+      for (int seg = chunk.begin; seg < chunk.end; ++seg) {
+        for (int u : model->SegmentUnits(seg)) {
+          if (local.count(u)) continue;
+          local[u] = int(st.units.size());
+          PlanUnit pu{spec.units[size_t(u)].name, {}};
+          for (const ParamSpec& p : spec.units[size_t(u)].params) {
+            pu.param_sizes.push_back(p.numel());
+          }
+          st.units.push_back(std::move(pu));
+        }
       }
-    };
-    const bool has_embed = chunk.begin == 0, has_head = chunk.end == model->num_segments();
-    int nb = 0;
-    for (int s = chunk.begin; s < chunk.end; ++s) {
-      add_units(s);
-      if (s >= 1 && s <= shape.layers) ++nb;
     }
-    // GptChunk::Forward / Backward's brackets.
+    const bool rank_has_embed = local.count(embed) > 0;  // the head reads wte in its bracket
+
+    // One GptChunk per chunk of this rank: its layers, and what it keeps ([Note: activations
+    // counted as the model keeps them]).
+    struct ChunkModel {
+      bool has_embed = false, has_head = false;
+      int first_layer = 0, nb = 0;
+      int64_t forward = 0;        // MicroBatchState::bytes() after a forward
+      int64_t backward_adds = 0;  // what its backward adds to it
+      int64_t fixed = 0;          // dx_a_, dx_b_ and the recompute scratch
+    };
+    std::vector<ChunkModel> chunks;
+    std::string segments;
+    for (int c : chunk_ids) {
+      const ChunkUnits range = partition.chunks[size_t(c)];
+      ChunkModel m;
+      m.has_embed = range.begin == 0;
+      m.has_head = range.end == model->num_segments();
+      m.first_layer = std::max(range.begin, 1) - 1;
+      for (int seg = range.begin; seg < range.end; ++seg) {
+        if (seg >= 1 && seg <= shape.layers) ++m.nb;
+      }
+      m.forward = (int64_t(m.nb) + 1) * rows * H * kF;        // x
+      if (m.has_embed || m.has_head) m.forward += rows * kI;  // targets
+      if (m.has_embed) m.forward += 2 * rows * kI;            // tokens, positions
+      if (m.has_head) {
+        m.forward += rows * kI + (rows * H + 2 * rows + rows * local_vocab) * kF;
+        m.backward_adds += rows * H * kF;  // dxf
+      }
+      if (!recompute) {
+        const int64_t fwd = BlockBytes(B, T, H, shape.heads, grid.tp, false);
+        m.forward += m.nb * fwd;
+        m.backward_adds += m.nb * (BlockBytes(B, T, H, shape.heads, grid.tp, true) - fwd);
+      }
+      m.fixed = 2 * rows * H * kF;                                                // dx_a_, dx_b_
+      if (recompute) m.fixed += BlockBytes(B, T, H, shape.heads, grid.tp, true);  // scratch_
+      segments +=
+          fmt::format("{}[{}, {}): {}{} layer(s){}", segments.empty() ? "" : "; ", range.begin,
+                      range.end, m.has_embed ? "embed, " : "", m.nb, m.has_head ? ", head" : "");
+      chunks.push_back(m);
+    }
+    st.segments = fmt::format("segments {} of {}", segments, model->num_segments());
+
+    // GptChunk::Forward / Backward's brackets of one micro-batch: through the chunks' forwards
+    // in order, then their backwards from the last (a chunk holding the head runs its backward
+    // first).
     auto bracket = [&](int unit, bool backward, bool begin) {
       st.order.push_back({local.at(unit), backward, begin});
     };
-    const int embed = tp::TpGpt::kEmbedUnit, head = model->head_unit();
-    const int first_layer = std::max(chunk.begin, 1) - 1;
-    if (has_embed) bracket(embed, false, true), bracket(embed, false, false);
-    for (int i = 0; i < nb; ++i) {
-      const std::vector<int> units = model->LayerUnits(first_layer + i);
-      for (int u : units) bracket(u, false, true);
-      for (auto u = units.rbegin(); u != units.rend(); ++u) bracket(*u, false, false);
+    auto layer_brackets = [&](const ChunkModel& m, bool backward) {
+      for (int k = 0; k < m.nb; ++k) {
+        const int i = backward ? m.nb - 1 - k : k;
+        const std::vector<int> units = model->LayerUnits(m.first_layer + i);
+        for (int u : units) bracket(u, backward, true);
+        for (auto u = units.rbegin(); u != units.rend(); ++u) bracket(*u, backward, false);
+      }
+    };
+    for (const ChunkModel& m : chunks) {
+      if (m.has_embed) bracket(embed, false, true), bracket(embed, false, false);
+      layer_brackets(m, false);
+      if (m.has_head) {
+        bracket(head, false, true);
+        if (rank_has_embed) bracket(embed, false, true), bracket(embed, false, false);
+        bracket(head, false, false);
+      }
     }
-    if (has_head) {
-      bracket(head, false, true);
-      if (has_embed) bracket(embed, false, true), bracket(embed, false, false);
-      bracket(head, false, false);
-      bracket(head, true, true);
-      if (has_embed) bracket(embed, true, true), bracket(embed, true, false);
-      bracket(head, true, false);
+    for (auto m = chunks.rbegin(); m != chunks.rend(); ++m) {
+      if (m->has_head) {
+        bracket(head, true, true);
+        if (rank_has_embed) bracket(embed, true, true), bracket(embed, true, false);
+        bracket(head, true, false);
+      }
+      layer_brackets(*m, true);
+      if (m->has_embed) bracket(embed, true, true), bracket(embed, true, false);
     }
-    for (int i = nb - 1; i >= 0; --i) {
-      const std::vector<int> units = model->LayerUnits(first_layer + i);
-      for (int u : units) bracket(u, true, true);
-      for (auto u = units.rbegin(); u != units.rend(); ++u) bracket(*u, true, false);
-    }
-    if (has_embed) bracket(embed, true, true), bracket(embed, true, false);
 
-    st.segments = fmt::format("segments [{}, {}) of {}: {}{} layer(s){}", chunk.begin, chunk.end,
-                              model->num_segments(), has_embed ? "embed, " : "", nb,
-                              has_head ? ", head" : "");
-    st.micro_batches_in_flight = std::min(grid.pp - r, micro_batches);
+    // The rank's instruction list, walked: every forward adds its chunk's micro-batch state,
+    // every backward holds it plus its backward scratch, then drops it. GptChunk::UpdateTracker
+    // runs after each forward and after each backward's drop, so each chunk's tracked peak is
+    // its own largest live state (plus its fixed buffers); GridGpt sums the chunks' peaks.
+    std::vector<int64_t> live(chunks.size(), 0), chunk_peak(chunks.size(), 0);
+    int64_t total = 0, joint_peak = 0, fixed = 0;
+    int in_flight = 0;
+    for (const PipelineInstruction& ins : schedule.per_rank[size_t(r)]) {
+      const size_t j = size_t(schedule.LocalIndexOfChunk(ins.chunk));
+      if (ins.op == PipelineOp::kForward) {
+        live[j] += chunks[j].forward;
+        total += chunks[j].forward;
+        chunk_peak[j] = std::max(chunk_peak[j], live[j]);
+        joint_peak = std::max(joint_peak, total);
+        st.micro_batches_in_flight = std::max(st.micro_batches_in_flight, ++in_flight);
+      } else {
+        joint_peak = std::max(joint_peak, total + chunks[j].backward_adds);
+        live[j] -= chunks[j].forward;
+        total -= chunks[j].forward;
+        --in_flight;
+      }
+    }
+    st.chunk_tracked_bytes = 0;
+    for (size_t j = 0; j < chunks.size(); ++j) {
+      st.chunk_tracked_bytes += chunk_peak[j] + chunks[j].fixed;
+      fixed += chunks[j].fixed;
+    }
     if (data_parallel_only) {
       st.activation_bytes = NnGptActivationBytes(config.gpt, B, T);
       st.chunk_tracked_bytes = st.activation_bytes;
     } else {
-      // GptChunk::MicroBatchState::bytes() after its forward, and what its backward adds.
-      int64_t forward = (int64_t(nb) + 1) * rows * H * kF;  // x
-      if (has_embed || has_head) forward += rows * kI;      // targets
-      if (has_embed) forward += 2 * rows * kI;              // tokens, positions
-      int64_t backward_adds = 0;
-      if (has_head) {
-        forward += rows * kI + (rows * H + 2 * rows + rows * local_vocab) * kF;
-        backward_adds += rows * H * kF;  // dxf
-      }
-      if (!recompute) {
-        const int64_t fwd = BlockBytes(B, T, H, shape.heads, grid.tp, false);
-        forward += nb * fwd;
-        backward_adds += nb * (BlockBytes(B, T, H, shape.heads, grid.tp, true) - fwd);
-      }
-      // GptChunk::UpdateTracker runs after each forward and after each backward has dropped
-      // its micro-batch: its peak is k forwards in flight plus the chunk's fixed buffers
-      // (the recompute scratch block, dx_a_ and dx_b_).
-      const int k = st.micro_batches_in_flight;
-      int64_t fixed = 2 * rows * H * kF;                                        // dx_a_, dx_b_
-      if (recompute) fixed += BlockBytes(B, T, H, shape.heads, grid.tp, true);  // scratch_
-      st.chunk_tracked_bytes = int64_t(k) * forward + fixed;
-      // The real peak also holds, during a backward, what it adds to its micro-batch, one
-      // pipeline message each way ([rows, H] floats), and under pp > 1 the TiedEmbeddingLink's
-      // wte-sized buffers (sent on the first stage; received, and the gradient sent, on the
-      // last).
-      int64_t bytes = st.chunk_tracked_bytes + backward_adds;
+      // The real peak: every chunk's live state together, one backward's scratch, the fixed
+      // buffers, one pipeline message each way ([rows, H] floats), and under pp > 1 the
+      // TiedEmbeddingLink's wte-sized buffers (sent on the first stage; received, and the
+      // gradient sent, on the last).
+      int64_t bytes = joint_peak + fixed;
       if (grid.pp > 1) bytes += 2 * rows * H * kF;
-      if (grid.pp > 1 && has_embed) bytes += local_vocab * H * kF;
-      if (grid.pp > 1 && has_head) bytes += 2 * local_vocab * H * kF;
+      if (grid.pp > 1 && r == 0) bytes += local_vocab * H * kF;
+      if (grid.pp > 1 && r == grid.pp - 1) bytes += 2 * local_vocab * H * kF;
       st.activation_bytes = bytes;
     }
     stages.push_back(std::move(st));

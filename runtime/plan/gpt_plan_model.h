@@ -16,17 +16,24 @@
 //       dact [rows, 4H]; per model the block inputs, ln_f, logits [rows, V], two scratch rows);
 //     grid (GptChunk, runtime/parallel/gpt): per micro-batch in flight its block inputs, each
 //       block's TpBlockActivations (none with recompute: one scratch block instead), the
-//       embedding's and the head's activations (logits [rows, Vp/tp]); 1F1B keeps
-//       min(pp - stage, micro_batches) micro-batches in flight on a stage, one of them with its
-//       backward scratch; plus one pipeline message each way and the tied-embedding link's
-//       wte-sized buffers under pp > 1. GptChunk reports to the tracker after each forward and
-//       after each backward has dropped its micro-batch, so its tracked peak
-//       (chunk_tracked_bytes) lacks the backward scratch: activation_bytes is the real peak.
+//       embedding's and the head's activations (logits [rows, Vp/tp]). The micro-batches in
+//       flight come from walking the rank's instruction list of the grid's schedule
+//       (pipeline_schedule.h: 1F1B keeps min(pp - stage, micro_batches), GPipe all of them,
+//       interleaved up to its warm-up per chunk), chunk by chunk under virtual stages (a rank
+//       holds `virtual_stages` GptChunks of PartitionVirtualStages' cut, each with its own
+//       fixed buffers), one micro-batch at a time with its backward scratch; plus one pipeline
+//       message each way and the tied-embedding link's wte-sized buffers under pp > 1.
+//       GptChunk reports to the tracker after each forward and after each backward has dropped
+//       its micro-batch, so its tracked peak lacks the backward scratch: chunk_tracked_bytes is
+//       the sum of the rank's chunks' own peaks (GridGpt::activation_peak_bytes), and
+//       activation_bytes the real peak of all of them together.
 //   Megatron's formula (sbh(34 + 5as/h) bytes per layer, fp16) is printed beside it for
 //   reference; our CPU model keeps fp32 activations and the full attention probabilities.
 // - Errors: InvalidArgument naming the flag-level field and value (layers, hidden, heads,
-//   vocab, seq, micro_batch, tp, pp) for non-positive sizes, heads or 4H not divisible by tp,
-//   or more pipeline stages than layers + 2 segments.
+//   vocab, seq, micro_batch, tp, pp, virtual stages) for non-positive sizes, heads or 4H not
+//   divisible by tp, more pipeline chunks (pp x virtual stages) than layers + 2 segments, and
+//   the schedule's own refusals (BuildSchedule: virtual stages without the interleaved
+//   schedule, interleaved micro-batches not a multiple of pp).
 // - Threads: any.
 #pragma once
 
@@ -36,6 +43,7 @@
 
 #include "runtime/base/status.h"
 #include "runtime/nn/gpt.h"
+#include "runtime/parallel/pipeline/pipeline_schedule.h"
 #include "runtime/plan/rank_memory_plan.h"
 
 namespace zs {
@@ -53,6 +61,10 @@ struct GridShape {
   int tp = 1;
   int pp = 1;
   int dp = 1;
+  // The pipeline schedule and its virtual stages (chunks per pp rank; interleaved only), as
+  // GridGptOptions::schedule / virtual_stages.
+  ScheduleKind schedule = ScheduleKind::kOneFOneB;
+  int virtual_stages = 1;
   int world() const { return tp * pp * dp; }
 };
 
@@ -65,7 +77,7 @@ struct StageModel {
   // Of it, what the model code reports to the tracker (GptChunk::peak_activation_bytes: its
   // micro-batches after their forwards, and its fixed buffers; nn::Gpt: everything).
   int64_t chunk_tracked_bytes = 0;
-  int micro_batches_in_flight = 1;
+  int micro_batches_in_flight = 1;  // at most, over the rank's chunks together
   std::string segments;  // "embed, block.0-block.11"
 };
 

@@ -82,6 +82,13 @@ int main(int argc, char** argv) {
                  "within a node");
   app.add_option("--tp", tp, "tensor-parallel size of the table (default 1)");
   app.add_option("--pp", pp, "pipeline-parallel size of the table (default 1)");
+  std::string schedule = "1f1b";
+  int virtual_stages = 1;
+  app.add_option("--schedule", schedule,
+                 "pipeline schedule of the table: gpipe, 1f1b or interleaved (default 1f1b; the "
+                 "recommendation considers 1f1b)");
+  app.add_option("--virtual-stages", virtual_stages,
+                 "chunks per pipeline rank of the table (interleaved only; default 1)");
   app.add_option("--dp", dp,
                  "data-parallel size (quick form: required; GPT: default devices / (tp x pp))");
   app.add_option("--stage", stage_filter, "table rows: one ZeRO stage (0-3) or all")
@@ -164,7 +171,9 @@ int main(int argc, char** argv) {
     dp = cluster.devices / (tp * pp);
   }
   if (micro_batches == 0) micro_batches = pp;
-  const zs::GridShape grid{tp, pp, dp};
+  auto schedule_kind = zs::ParseScheduleKind(schedule);
+  if (!schedule_kind.ok()) return Fail(schedule_kind.status().WithContext("--schedule"));
+  const zs::GridShape grid{tp, pp, dp, *schedule_kind, virtual_stages};
 
   std::printf(
       "GPT: %d layers, hidden %lld, heads %lld, vocab %lld, seq %lld, micro-batch %lld: "
@@ -175,8 +184,9 @@ int main(int argc, char** argv) {
       zs::FormatGB(cluster.host_memory).c_str(), zs::FormatGB(cluster.nvme).c_str());
   std::printf(
       "Per-rank peak (the largest pipeline stage's rank) at tp %d x pp %d x dp %d, %d "
-      "micro-batches per step:\n",
-      tp, pp, dp, micro_batches);
+      "micro-batches per step (%s schedule%s):\n",
+      tp, pp, dp, micro_batches, schedule.c_str(),
+      virtual_stages > 1 ? fmt::format(", {} virtual stages", virtual_stages).c_str() : "");
   bool header = true;
   const zs::OffloadChoice offloads[] = {
       zs::OffloadChoice::kNone, zs::OffloadChoice::kCpuOptimizer, zs::OffloadChoice::kCpuAll,

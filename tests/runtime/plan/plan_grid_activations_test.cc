@@ -1,5 +1,6 @@
 // The planner's grid activations (GptStages, GptChunk's accounting) against what a GridGpt run
-// keeps: TP2 x PP2 (ranks as threads, 1F1B, 4 micro-batches), with and without recompute; the
+// keeps: TP2 x PP2 (ranks as threads, 4 micro-batches) under 1F1B with and without recompute,
+// GPipe, and interleaved over 2 virtual stages; the
 // chunks' tracked activation peak of each pipeline stage's rank (GridGpt::activation_peak_bytes),
 // and the stage engine's device memory (ZeRO-3, bf16) by category.
 #include <gtest/gtest.h>
@@ -7,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <string>
 
 #include "runtime/comm/local_ranks.h"
 #include "runtime/comm/process_groups.h"
@@ -38,7 +40,17 @@ struct Measured {
   std::vector<MemorySnapshot> memory;
 };
 
-StatusOr<Measured> MeasurePeaks(bool recompute) {
+struct Case {
+  bool recompute = false;
+  ScheduleKind schedule = ScheduleKind::kOneFOneB;
+  int virtual_stages = 1;
+  std::string ToString() const {
+    return std::string(ScheduleKindName(schedule)) + " v=" + std::to_string(virtual_stages) +
+           (recompute ? ", recompute" : "");
+  }
+};
+
+StatusOr<Measured> MeasurePeaks(const Case& c) {
   const int world = kTp * kPp;
   std::vector<int64_t> peaks(size_t(world), 0);
   std::vector<MemorySnapshot> memory(static_cast<size_t>(world));
@@ -53,7 +65,9 @@ StatusOr<Measured> MeasurePeaks(bool recompute) {
         o.engine = Engine();
         o.micro_batch = kBatch;
         o.seq = kSeq;
-        o.recompute = recompute;
+        o.recompute = c.recompute;
+        o.schedule = c.schedule;
+        o.virtual_stages = c.virtual_stages;
         ZS_ASSIGN_OR_RETURN(auto g, parallel::GridGpt::Create(o, groups, *device, &tracker));
         for (int step = 0; step < 2; ++step) {
           ZS_RETURN_IF_ERROR(g->TrainStep([&](int mb, std::span<int32_t> tokens,
@@ -71,8 +85,12 @@ StatusOr<Measured> MeasurePeaks(bool recompute) {
         // The tracker's host activations hold the chunk's and, beside it, the pipeline's
         // message buffers and the tied-embedding link's (their count depends on timing): at
         // least the chunk's, and the planner's full figure covers them.
-        EXPECT_GE(tracker.Peak(MemoryTier::kHost, MemoryCategory::kActivations),
-                  g->activation_peak_bytes());
+        // With virtual stages the chunks peak at different moments: their peaks' sum is more
+        // than the tracker ever held at once.
+        if (c.virtual_stages == 1) {
+          EXPECT_GE(tracker.Peak(MemoryTier::kHost, MemoryCategory::kActivations),
+                    g->activation_peak_bytes());
+        }
         return OkStatus();
       });
   if (!status.ok()) return status;
@@ -80,13 +98,17 @@ StatusOr<Measured> MeasurePeaks(bool recompute) {
 }
 
 TEST(PlanGridActivations, AgreeWithGridGpt) {
-  for (bool recompute : {false, true}) {
-    SCOPED_TRACE(recompute ? "recompute" : "no recompute");
-    auto measured = MeasurePeaks(recompute);
+  const Case cases[] = {{false, ScheduleKind::kOneFOneB, 1},
+                        {true, ScheduleKind::kOneFOneB, 1},
+                        {false, ScheduleKind::kGPipe, 1},
+                        {false, ScheduleKind::kInterleaved, 2}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.ToString());
+    auto measured = MeasurePeaks(c);
     ASSERT_TRUE(measured.ok()) << measured.status().ToString();
     auto stages =
         GptStages(GptShape{kGpt.layers, kGpt.hidden, kGpt.heads, kGpt.vocab, kSeq, kBatch},
-                  GridShape{kTp, kPp, 1}, recompute, kMicroBatches);
+                  GridShape{kTp, kPp, 1, c.schedule, c.virtual_stages}, c.recompute, kMicroBatches);
     ASSERT_TRUE(stages.ok()) << stages.status().ToString();
     RankGrid grid = *RankGrid::Create(kTp, kPp, 1, kTp * kPp);
     for (int rank = 0; rank < kTp * kPp; ++rank) {
@@ -99,7 +121,21 @@ TEST(PlanGridActivations, AgreeWithGridGpt) {
                     (*stages)[size_t(pp_rank)].micro_batches_in_flight);
       }
       EXPECT_NEAR(got, want, 0.03 * want) << "rank " << rank << " (pp rank " << pp_rank << ")";
-      EXPECT_GT((*stages)[size_t(pp_rank)].activation_bytes, int64_t(want));
+      // The real peak (every chunk's micro-batches together, one backward's scratch, one
+      // message each way and the tied-embedding buffers) covers what the tracker saw at once,
+      // but for message buffers: how many sends are still in flight depends on timing (one more
+      // [rows, H] message is 4 KiB here, 3.5% of the recompute case's peak).
+      // With one chunk per rank the chunk's own peak is part of the real peak.
+      if (c.virtual_stages == 1) {
+        EXPECT_GT((*stages)[size_t(pp_rank)].activation_bytes, int64_t(want));
+      }
+      const int64_t host_peak =
+          measured->memory[size_t(rank)].Peak(MemoryTier::kHost, MemoryCategory::kActivations);
+      if (std::getenv("ZS_PLAN_TEST_VERBOSE") != nullptr) {
+        std::printf("  real peak: tracker %lld, planned %lld\n", (long long)host_peak,
+                    (long long)(*stages)[size_t(pp_rank)].activation_bytes);
+      }
+      EXPECT_GE(double((*stages)[size_t(pp_rank)].activation_bytes), 0.95 * double(host_peak));
       // The stage's engine (ZeRO-3, bf16, dp 1) on the device tier, category by category.
       RankPlanInput in;
       in.config = Engine();

@@ -118,6 +118,18 @@ TEST(ZeroPlan, BadInputsNameTheFlagAndValue) {
   ASSERT_FALSE(bad_pp.ok());
   EXPECT_NE(bad_pp.status().message().find("--pp 200"), std::string::npos);
 
+  auto bad_chunks =
+      GptStages(kTrillion, GridShape{1, 64, 1, ScheduleKind::kInterleaved, 4}, false, 64);
+  ASSERT_FALSE(bad_chunks.ok());
+  EXPECT_NE(bad_chunks.status().message().find("--pp 64 x --virtual-stages 4"), std::string::npos)
+      << bad_chunks.status().message();
+  auto bad_schedule =
+      GptStages(kTrillion, GridShape{1, 4, 1, ScheduleKind::kOneFOneB, 2}, false, 8);
+  ASSERT_FALSE(bad_schedule.ok());
+  EXPECT_NE(bad_schedule.status().message().find("only the interleaved schedule"),
+            std::string::npos)
+      << bad_schedule.status().message();
+
   auto bad_params = PaperTable(0, 64, MixedPrecision(), 4096);
   ASSERT_FALSE(bad_params.ok());
   EXPECT_NE(bad_params.status().message().find("--params 0"), std::string::npos);
