@@ -15,16 +15,19 @@ namespace {
 constexpr int64_t kF = 4, kI = 4;  // bytes of a float and of an int32 the model code keeps
 
 // TpBlockActivations::bytes() of one block (tp_transformer_block.cc, tp_attention.cc,
-// tp_mlp.cc), rows = batch * seq (no sequence parallelism); `backward`: with the backward
-// scratch (scratch_b, dctx, dqkv, dprobs, dact) sized too. tp = 1 is nn::TransformerBlock's.
+// tp_mlp.cc), rows = batch * seq; `backward`: with the backward scratch (scratch_b, dctx, dqkv,
+// dprobs, dact) sized too. tp = 1 is nn::TransformerBlock's. With sequence parallelism the
+// LayerNorm and residual regions hold this rank's row block only (rows / tp); attention and
+// the MLP work on all rows of their width share, as without it.
 int64_t BlockBytes(int64_t batch, int64_t seq, int64_t hidden, int64_t heads, int tp,
-                   bool backward) {
+                   bool sequence_parallel, bool backward) {
   const int64_t r = batch * seq, w = hidden / tp, a = heads / tp;
-  int64_t floats = 4 * r * hidden + 4 * r;              // ln1_out, x1, ln2_out, scratch_a; stats
+  const int64_t lr = sequence_parallel ? r / tp : r;    // rows of the LayerNorm regions
+  int64_t floats = 4 * lr * hidden + 4 * lr;            // ln1_out, x1, ln2_out, scratch_a; stats
   floats += 3 * r * w + batch * a * seq * seq + r * w;  // qkv_out, probs, ctx
   floats += 2 * r * 4 * w;                              // mlp pre, act
   if (backward) {
-    floats += r * hidden;                     // scratch_b
+    floats += lr * hidden;                    // scratch_b
     floats += r * w + 3 * r * w + seq * seq;  // dctx, dqkv, dprobs
     floats += r * 4 * w;                      // dact
   }
@@ -48,6 +51,11 @@ Status CheckShape(const GptShape& s, const GridShape& g) {
   if (s.hidden % s.heads != 0) {
     return InvalidArgumentError(
         fmt::format("--hidden {} is not a multiple of --heads {}", s.hidden, s.heads));
+  }
+  if (g.sequence_parallel && (s.micro_batch * s.seq) % g.tp != 0) {
+    return InvalidArgumentError(fmt::format(
+        "sequence parallelism: --micro-batch {} x --seq {} rows are not divisible by --tp {}",
+        s.micro_batch, s.seq, g.tp));
   }
   if (s.heads % g.tp != 0) {
     return InvalidArgumentError(
@@ -80,7 +88,7 @@ int64_t NnGptActivationBytes(const nn::GptConfig& c, int64_t batch, int64_t seq)
   int64_t bytes = 3 * r * kI;                               // tokens, targets, positions
   bytes += (int64_t(c.layers) + 1) * r * h * kF;            // x_: block inputs and ln_f's
   bytes += (r * h + 2 * r + r * c.vocab + 2 * r * h) * kF;  // xf, ln_f stats, logits, dx_a/b
-  bytes += int64_t(c.layers) * BlockBytes(batch, seq, h, c.heads, 1, /*backward=*/true);
+  bytes += int64_t(c.layers) * BlockBytes(batch, seq, h, c.heads, 1, false, /*backward=*/true);
   return bytes;
 }
 
@@ -103,6 +111,7 @@ StatusOr<std::vector<StageModel>> GptStages(const GptShape& shape, const GridSha
   }
   tp::TpGptConfig config;
   config.gpt = nn::GptConfig{shape.vocab, shape.seq, shape.layers, shape.hidden, shape.heads};
+  config.sequence_parallel = grid.sequence_parallel;
   NullCommunicator tp_comm(0, grid.tp, "tp");
   ZS_ASSIGN_OR_RETURN(std::unique_ptr<tp::TpGpt> model, tp::TpGpt::Create(config, tp_comm));
   const ModelSpec& spec = model->spec();
@@ -113,9 +122,11 @@ StatusOr<std::vector<StageModel>> GptStages(const GptShape& shape, const GridSha
                       BuildSchedule(grid.schedule, grid.pp, micro_batches, grid.virtual_stages));
 
   const int64_t B = shape.micro_batch, T = shape.seq, rows = B * T, H = shape.hidden;
+  const int64_t local_rows = model->local_rows(rows);  // rows / tp with sequence parallelism
   const int64_t local_vocab = model->padded_vocab() / grid.tp;
+  const bool sp = grid.sequence_parallel;
   const bool data_parallel_only =
-      grid.tp == 1 && grid.pp == 1 && grid.virtual_stages == 1 && !recompute;
+      grid.tp == 1 && grid.pp == 1 && grid.virtual_stages == 1 && !recompute && !sp;
   const int embed = tp::TpGpt::kEmbedUnit, head = model->head_unit();
   std::vector<StageModel> stages;
   for (int r = 0; r < grid.pp; ++r) {
@@ -159,20 +170,21 @@ StatusOr<std::vector<StageModel>> GptStages(const GptShape& shape, const GridSha
       for (int seg = range.begin; seg < range.end; ++seg) {
         if (seg >= 1 && seg <= shape.layers) ++m.nb;
       }
-      m.forward = (int64_t(m.nb) + 1) * rows * H * kF;        // x
-      if (m.has_embed || m.has_head) m.forward += rows * kI;  // targets
-      if (m.has_embed) m.forward += 2 * rows * kI;            // tokens, positions
-      if (m.has_head) {
-        m.forward += rows * kI + (rows * H + 2 * rows + rows * local_vocab) * kF;
-        m.backward_adds += rows * H * kF;  // dxf
+      m.forward = (int64_t(m.nb) + 1) * local_rows * H * kF;   // x
+      if (m.has_embed || m.has_head) m.forward += rows * kI;   // targets
+      if (m.has_embed) m.forward += (rows + local_rows) * kI;  // tokens, positions
+      if (m.has_head) {  // targets; xf and ln_f's statistics; logits
+        m.forward += rows * kI + (local_rows * H + 2 * local_rows + rows * local_vocab) * kF;
+        m.backward_adds += local_rows * H * kF;  // dxf
       }
+      const int64_t block_forward = BlockBytes(B, T, H, shape.heads, grid.tp, sp, false);
+      const int64_t block_backward = BlockBytes(B, T, H, shape.heads, grid.tp, sp, true);
       if (!recompute) {
-        const int64_t fwd = BlockBytes(B, T, H, shape.heads, grid.tp, false);
-        m.forward += m.nb * fwd;
-        m.backward_adds += m.nb * (BlockBytes(B, T, H, shape.heads, grid.tp, true) - fwd);
+        m.forward += m.nb * block_forward;
+        m.backward_adds += m.nb * (block_backward - block_forward);
       }
-      m.fixed = 2 * rows * H * kF;                                                // dx_a_, dx_b_
-      if (recompute) m.fixed += BlockBytes(B, T, H, shape.heads, grid.tp, true);  // scratch_
+      m.fixed = 2 * local_rows * H * kF;         // dx_a_, dx_b_
+      if (recompute) m.fixed += block_backward;  // scratch_
       segments +=
           fmt::format("{}[{}, {}): {}{} layer(s){}", segments.empty() ? "" : "; ", range.begin,
                       range.end, m.has_embed ? "embed, " : "", m.nb, m.has_head ? ", head" : "");
@@ -246,11 +258,11 @@ StatusOr<std::vector<StageModel>> GptStages(const GptShape& shape, const GridSha
     } else {
       // The real peak: every chunk's live state together, one backward's scratch, the fixed
       // buffers, one pipeline message each way ([rows, H] floats), and under pp > 1 the
-      // TiedEmbeddingLink's wte-sized buffers (sent on the first stage; received, and the
-      // gradient sent, on the last).
+      // TiedEmbeddingLink's wte-sized buffers (the first stage sends the weights and receives
+      // the gradient; the last receives the weights and sends the gradient).
       int64_t bytes = joint_peak + fixed;
-      if (grid.pp > 1) bytes += 2 * rows * H * kF;
-      if (grid.pp > 1 && r == 0) bytes += local_vocab * H * kF;
+      if (grid.pp > 1) bytes += 2 * local_rows * H * kF;
+      if (grid.pp > 1 && r == 0) bytes += 2 * local_vocab * H * kF;
       if (grid.pp > 1 && r == grid.pp - 1) bytes += 2 * local_vocab * H * kF;
       st.activation_bytes = bytes;
     }

@@ -26,11 +26,14 @@
 //       GptChunk reports to the tracker after each forward and after each backward has dropped
 //       its micro-batch, so its tracked peak lacks the backward scratch: chunk_tracked_bytes is
 //       the sum of the rank's chunks' own peaks (GridGpt::activation_peak_bytes), and
-//       activation_bytes the real peak of all of them together.
+//       activation_bytes the real peak of all of them together. With sequence parallelism the
+//       block inputs, the LayerNorm and residual regions and the head's ln_f hold this rank's
+//       row block. Not counted: the TpScratch the tp layers share (nor does the model report it).
 //   Megatron's formula (sbh(34 + 5as/h) bytes per layer, fp16) is printed beside it for
 //   reference; our CPU model keeps fp32 activations and the full attention probabilities.
 // - Errors: InvalidArgument naming the flag-level field and value (layers, hidden, heads,
-//   vocab, seq, micro_batch, tp, pp, virtual stages) for non-positive sizes, heads or 4H not
+//   vocab, seq, micro_batch, tp, pp, virtual stages) for non-positive sizes, rows (micro_batch x
+//   seq) not divisible by tp under sequence parallelism, heads or 4H not
 //   divisible by tp, more pipeline chunks (pp x virtual stages) than layers + 2 segments, and
 //   the schedule's own refusals (BuildSchedule: virtual stages without the interleaved
 //   schedule, interleaved micro-batches not a multiple of pp).
@@ -65,6 +68,7 @@ struct GridShape {
   // GridGptOptions::schedule / virtual_stages.
   ScheduleKind schedule = ScheduleKind::kOneFOneB;
   int virtual_stages = 1;
+  bool sequence_parallel = false;  // Megatron's, over the tp group (TpGptConfig)
   int world() const { return tp * pp * dp; }
 };
 

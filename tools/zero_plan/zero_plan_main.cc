@@ -89,6 +89,9 @@ int main(int argc, char** argv) {
                  "recommendation considers 1f1b)");
   app.add_option("--virtual-stages", virtual_stages,
                  "chunks per pipeline rank of the table (interleaved only; default 1)");
+  bool sequence_parallel = false;
+  app.add_flag("--sequence-parallel", sequence_parallel,
+               "the table's activations with Megatron's sequence parallelism over tp");
   app.add_option("--dp", dp,
                  "data-parallel size (quick form: required; GPT: default devices / (tp x pp))");
   app.add_option("--stage", stage_filter, "table rows: one ZeRO stage (0-3) or all")
@@ -173,7 +176,7 @@ int main(int argc, char** argv) {
   if (micro_batches == 0) micro_batches = pp;
   auto schedule_kind = zs::ParseScheduleKind(schedule);
   if (!schedule_kind.ok()) return Fail(schedule_kind.status().WithContext("--schedule"));
-  const zs::GridShape grid{tp, pp, dp, *schedule_kind, virtual_stages};
+  const zs::GridShape grid{tp, pp, dp, *schedule_kind, virtual_stages, sequence_parallel};
 
   std::printf(
       "GPT: %d layers, hidden %lld, heads %lld, vocab %lld, seq %lld, micro-batch %lld: "

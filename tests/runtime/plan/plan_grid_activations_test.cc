@@ -1,6 +1,6 @@
 // The planner's grid activations (GptStages, GptChunk's accounting) against what a GridGpt run
 // keeps: TP2 x PP2 (ranks as threads, 4 micro-batches) under 1F1B with and without recompute,
-// GPipe, and interleaved over 2 virtual stages; the
+// GPipe, interleaved over 2 virtual stages, and with sequence parallelism; the
 // chunks' tracked activation peak of each pipeline stage's rank (GridGpt::activation_peak_bytes),
 // and the stage engine's device memory (ZeRO-3, bf16) by category.
 #include <gtest/gtest.h>
@@ -44,9 +44,10 @@ struct Case {
   bool recompute = false;
   ScheduleKind schedule = ScheduleKind::kOneFOneB;
   int virtual_stages = 1;
+  bool sequence_parallel = false;
   std::string ToString() const {
     return std::string(ScheduleKindName(schedule)) + " v=" + std::to_string(virtual_stages) +
-           (recompute ? ", recompute" : "");
+           (recompute ? ", recompute" : "") + (sequence_parallel ? ", sequence parallel" : "");
   }
 };
 
@@ -68,6 +69,7 @@ StatusOr<Measured> MeasurePeaks(const Case& c) {
         o.recompute = c.recompute;
         o.schedule = c.schedule;
         o.virtual_stages = c.virtual_stages;
+        o.model.sequence_parallel = c.sequence_parallel;
         ZS_ASSIGN_OR_RETURN(auto g, parallel::GridGpt::Create(o, groups, *device, &tracker));
         for (int step = 0; step < 2; ++step) {
           ZS_RETURN_IF_ERROR(g->TrainStep([&](int mb, std::span<int32_t> tokens,
@@ -101,14 +103,17 @@ TEST(PlanGridActivations, AgreeWithGridGpt) {
   const Case cases[] = {{false, ScheduleKind::kOneFOneB, 1},
                         {true, ScheduleKind::kOneFOneB, 1},
                         {false, ScheduleKind::kGPipe, 1},
-                        {false, ScheduleKind::kInterleaved, 2}};
+                        {false, ScheduleKind::kInterleaved, 2},
+                        {false, ScheduleKind::kOneFOneB, 1, /*sequence_parallel=*/true},
+                        {true, ScheduleKind::kOneFOneB, 1, /*sequence_parallel=*/true}};
   for (const Case& c : cases) {
     SCOPED_TRACE(c.ToString());
     auto measured = MeasurePeaks(c);
     ASSERT_TRUE(measured.ok()) << measured.status().ToString();
     auto stages =
         GptStages(GptShape{kGpt.layers, kGpt.hidden, kGpt.heads, kGpt.vocab, kSeq, kBatch},
-                  GridShape{kTp, kPp, 1, c.schedule, c.virtual_stages}, c.recompute, kMicroBatches);
+                  GridShape{kTp, kPp, 1, c.schedule, c.virtual_stages, c.sequence_parallel},
+                  c.recompute, kMicroBatches);
     ASSERT_TRUE(stages.ok()) << stages.status().ToString();
     RankGrid grid = *RankGrid::Create(kTp, kPp, 1, kTp * kPp);
     for (int rank = 0; rank < kTp * kPp; ++rank) {
