@@ -1,7 +1,8 @@
 // zerorun: the launcher library (RunRanks) and the tool, on a helper rank program
 // (zerorun_test_rank.cc). Checks output prefixes, exit codes, the messages naming the failing
-// rank, that no rank or descendant is left running, the timeout and signal paths, and the
-// removal of /dev/shm leftovers.
+// rank (also when its peers fail at once, [Note: blame]), that no rank or descendant is left
+// running, the timeout and signal paths, the removal of /dev/shm leftovers, and what happens
+// when zerorun itself is killed ([Note: dead launcher]).
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -216,6 +217,49 @@ TEST(ZerorunTest, RankKilledBySignalIsNamed) {
   for (pid_t pid : pids) EXPECT_FALSE(StaysAlive(pid)) << pid;
 }
 
+// [Note: blame] The killed rank's peers see its connection close and exit 1 at once, often
+// within the poll in which zerorun sees the killed rank (the last, so rank order would name a
+// peer): the killed rank is named, every time.
+TEST(ZerorunTest, KilledRankIsNamedWhenItsPeersFailAtOnce) {
+  for (int trial = 0; trial < 6; ++trial) {
+    SCOPED_TRACE(trial);
+    TempDir dir;
+    Captured c;
+    LaunchResult r = RunRanks(Options(4, {"killed-peers-fail", "3", dir.path()}, c)).value();
+    const auto pids = ReadPids(dir.path(), "pid", 4);
+    ASSERT_EQ(pids.size(), 4u);
+    EXPECT_EQ(r.failed_rank, 3) << c.Err();
+    EXPECT_EQ(r.exit_code, 128 + SIGKILL) << c.Err();
+    EXPECT_CONTAINS(
+        c.Err(), fmt::format("zerorun: rank 3 (pid {}) was killed by signal 9 (Killed)", pids[3]));
+    EXPECT_EQ(r.ranks[3].signal, SIGKILL);
+    for (pid_t pid : pids) EXPECT_FALSE(StaysAlive(pid)) << pid;
+  }
+}
+
+// [Note: blame] A stopped rank fails nobody by exiting: its peers time out waiting for it. It
+// is named (and stopped for good: SIGTERM, then SIGCONT so that it acts on it).
+TEST(ZerorunTest, StoppedRankIsNamedWhenItsPeersTimeOut) {
+  TempDir dir;
+  Captured c;
+  LaunchResult r = RunRanks(Options(3, {"stopped-peers-time-out", "1", dir.path()}, c)).value();
+  const auto pids = ReadPids(dir.path(), "pid", 3);
+  ASSERT_EQ(pids.size(), 3u);
+  EXPECT_EQ(r.failed_rank, 1) << c.Err();
+  EXPECT_EQ(r.exit_code, 128 + SIGSTOP) << c.Err();
+  EXPECT_CONTAINS(c.Err(), fmt::format("zerorun: rank 1 (pid {}) is stopped by signal {} ({})",
+                                       pids[1], SIGSTOP, ::strsignal(SIGSTOP)));
+  // The first peer to time out ends the job: the other may be stopped before it says so.
+  EXPECT_CONTAINS(c.Err(), "timed out after 200 ms waiting for rank(s) 1\n");
+  EXPECT_EQ(r.ranks[1].suspended_by, SIGSTOP);
+  EXPECT_TRUE(r.ranks[1].stopped);
+  EXPECT_EQ(r.ranks[1].signal, SIGTERM);  // it was continued to act on SIGTERM
+  for (int k : {0, 2}) {
+    EXPECT_EQ(r.ranks[size_t(k)].suspended_by, 0) << k;
+  }
+  for (pid_t pid : pids) EXPECT_FALSE(StaysAlive(pid)) << pid;
+}
+
 TEST(ZerorunTest, TimeoutStopsEveryRank) {
   TempDir dir;
   Captured c;
@@ -315,12 +359,15 @@ struct ToolRun {
   std::string out, err;
 };
 
-// Starts zerorun with `args`, its output into files under `dir`; returns its pid.
-pid_t StartTool(const std::vector<std::string>& args, const std::string& dir) {
+// Starts zerorun with `args` (and `env`, "NAME=value" entries, added to the environment), its
+// output into files under `dir`; returns its pid.
+pid_t StartTool(const std::vector<std::string>& args, const std::string& dir,
+                std::vector<std::string> env = {}) {
   std::vector<std::string> argv = {kZerorun};
   argv.insert(argv.end(), args.begin(), args.end());
   const pid_t pid = ::fork();
   if (pid == 0) {
+    for (std::string& e : env) ::putenv(e.data());
     const int out = ::open((dir + "/tool.out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     const int err = ::open((dir + "/tool.err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ::dup2(out, 1);
@@ -344,9 +391,9 @@ ToolRun FinishTool(pid_t pid, const std::string& dir) {
   return run;
 }
 
-ToolRun Tool(const std::vector<std::string>& args) {
+ToolRun Tool(const std::vector<std::string>& args, std::vector<std::string> env = {}) {
   TempDir dir;
-  return FinishTool(StartTool(args, dir.path()), dir.path());
+  return FinishTool(StartTool(args, dir.path(), std::move(env)), dir.path());
 }
 
 TEST(ZerorunToolTest, RunsRanksAndPassesTheBackend) {
@@ -399,6 +446,74 @@ TEST(ZerorunToolTest, SigintIsForwardedToTheRanks) {
   EXPECT_EQ(run.exit_code, 128 + SIGINT);
   EXPECT_CONTAINS(run.err, "zerorun: received SIGINT; forwarding it to the 2 running ranks");
   for (pid_t pid : pids) EXPECT_FALSE(StaysAlive(pid)) << pid;
+}
+
+// [Note: dead launcher] zerorun killed by SIGKILL: its ranks die with it (parent-death signal),
+// and the next zerorun removes their /dev/shm leftovers and the job directory.
+TEST(ZerorunToolTest, RanksDieWithAKilledZerorunAndTheNextOneCleansUp) {
+  TempDir dir;
+  const std::string tmp = dir.path() + "/tmp";
+  ASSERT_TRUE(fs::create_directory(tmp));
+  const std::vector<std::string> env = {"TMPDIR=" + tmp};
+  const pid_t tool =
+      StartTool({"-n", "2", kHelper, "shm", "/dev/shm", "99", dir.path()}, dir.path(), env);
+  std::vector<pid_t> pids;
+  for (int i = 0; i < 30'000 && pids.size() < 2; ++i) {
+    std::this_thread::sleep_for(milliseconds(1));
+    pids = ReadPids(dir.path(), "pid", 2);
+  }
+  ASSERT_EQ(pids.size(), 2u);
+  std::vector<std::string> job_dirs;
+  for (const auto& e : fs::directory_iterator(tmp)) job_dirs.push_back(e.path().string());
+  ASSERT_EQ(job_dirs.size(), 1u);
+  EXPECT_EQ(fs::path(job_dirs[0]).filename().string().rfind(fmt::format("zerorun-{}-", tool), 0),
+            0u)
+      << job_dirs[0];
+  auto shm_file = [](pid_t pid) { return fmt::format("/dev/shm/{}:zerorun-test", pid); };
+  for (pid_t pid : pids) EXPECT_TRUE(fs::exists(shm_file(pid))) << pid;
+
+  ASSERT_EQ(::kill(tool, SIGKILL), 0);
+  EXPECT_EQ(FinishTool(tool, dir.path()).exit_code, 128 + SIGKILL);
+  for (pid_t pid : pids) EXPECT_FALSE(StaysAlive(pid)) << "rank " << pid << " outlived zerorun";
+  // What the dead launcher left, until the next one starts.
+  EXPECT_TRUE(fs::exists(job_dirs[0]));
+  for (pid_t pid : pids) EXPECT_TRUE(fs::exists(shm_file(pid))) << pid;
+
+  ToolRun next = Tool({"-n", "1", kHelper, "print"}, env);
+  EXPECT_EQ(next.exit_code, 0) << next.err;
+  EXPECT_FALSE(fs::exists(job_dirs[0]));
+  for (pid_t pid : pids) EXPECT_FALSE(fs::exists(shm_file(pid))) << pid;
+  EXPECT_TRUE(fs::is_empty(tmp));  // the next job's own directory is gone too
+
+  for (pid_t pid : pids) {  // only if the test failed: leave nothing behind
+    if (IsAlive(pid)) ::kill(pid, SIGKILL);
+    fs::remove(shm_file(pid));
+  }
+}
+
+// A job directory whose launcher lives is left alone, and so are the shm files of a live rank.
+TEST(ZerorunToolTest, LeftoversOfLiveLaunchersAreKept) {
+  TempDir dir;
+  const std::string tmp = dir.path() + "/tmp";
+  ASSERT_TRUE(fs::create_directory(tmp));
+  // A "launcher" that lives (this test) and a dead one whose "rank" lives (this test too).
+  const std::string live = fmt::format("{}/zerorun-{}-live00", tmp, ::getpid());
+  const pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ::waitpid(dead, nullptr, 0);
+  const std::string dead_dir = fmt::format("{}/zerorun-{}-dead00", tmp, dead);
+  for (const std::string& d : {live, dead_dir}) {
+    ASSERT_TRUE(fs::create_directory(d));
+    std::ofstream(d + "/ranks") << ::getpid() << "\n";
+  }
+  const std::string shm = fmt::format("/dev/shm/{}:zerorun-test-live", ::getpid());
+  std::ofstream(shm) << "a live rank's";
+  ToolRun next = Tool({"-n", "1", kHelper, "print"}, {"TMPDIR=" + tmp});
+  EXPECT_EQ(next.exit_code, 0) << next.err;
+  EXPECT_TRUE(fs::exists(live));
+  EXPECT_TRUE(fs::exists(dead_dir));  // kept while a rank it lists lives
+  EXPECT_TRUE(fs::exists(shm));
+  fs::remove(shm);
 }
 
 }  // namespace

@@ -3,13 +3,16 @@
 // afterwards that nothing is left running.
 #include <sched.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -46,6 +49,29 @@ void WaitForAllPids(const std::string& dir) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
+}
+
+pid_t ReadPid(const std::string& dir, int rank) {
+  std::ifstream in(dir + "/pid." + std::to_string(rank));
+  pid_t pid = -1;
+  in >> pid;
+  return pid;
+}
+
+// The state letter of /proc/<pid>/stat ('R', 'S', 'T', 'Z', ...), or 0.
+char ProcessState(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  const size_t paren = line.rfind(')');
+  return paren != std::string::npos && paren + 2 < line.size() ? line[paren + 2] : 0;
+}
+
+sockaddr_un SocketAddress(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  return addr;
 }
 
 [[noreturn]] void SleepForever() {
@@ -100,6 +126,59 @@ int main(int argc, char** argv) {
       ::raise(SIGKILL);
     }
     SleepForever();
+  }
+  if (mode == "killed-peers-fail" && argc == 4) {
+    // killed-peers-fail RANK DIR: every other rank connects to RANK (a Unix socket, as a
+    // communicator would), RANK dies by SIGKILL once all are connected, and each other rank
+    // exits 1 at once when it sees the connection close: as peers of a killed rank do.
+    const int killed = std::atoi(argv[2]);
+    const std::string dir = argv[3], path = dir + "/killed.sock";
+    if (rank == killed) {
+      const int s = ::socket(AF_UNIX, SOCK_STREAM, 0);
+      const sockaddr_un addr = SocketAddress(path);
+      if (::bind(s, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0 ||
+          ::listen(s, 64) != 0) {
+        std::perror(path.c_str());
+        return 92;
+      }
+      WritePid(dir);  // after listen: the peers connect once they see every pid
+      for (int k = 1; k < World(); ++k) {
+        if (::accept(s, nullptr, nullptr) < 0) return 93;
+      }
+      ::raise(SIGKILL);
+    }
+    WritePid(dir);
+    WaitForAllPids(dir);
+    const int s = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    const sockaddr_un addr = SocketAddress(path);
+    if (::connect(s, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+      std::perror(path.c_str());
+      return 94;
+    }
+    char byte;
+    while (::read(s, &byte, 1) != 0) {
+    }
+    std::fprintf(stderr, "rank %d: rank %d closed its connection\n", rank, killed);
+    return 1;
+  }
+  if (mode == "stopped-peers-time-out" && argc == 4) {
+    // stopped-peers-time-out RANK DIR: RANK stops itself (SIGSTOP); every other rank waits until
+    // it is stopped, then 200 ms (its "comm timeout"), then exits 1 naming it.
+    const int stopped = std::atoi(argv[2]);
+    const std::string dir = argv[3];
+    WritePid(dir);
+    WaitForAllPids(dir);
+    if (rank == stopped) {
+      ::raise(SIGSTOP);
+      SleepForever();
+    }
+    const pid_t pid = ReadPid(dir, stopped);
+    for (int i = 0; i < 10'000 && ProcessState(pid) != 'T'; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    std::fprintf(stderr, "rank %d: timed out after 200 ms waiting for rank(s) %d\n", rank, stopped);
+    return 1;
   }
   if (mode == "sleep" && argc == 3) {
     WritePid(argv[2]);

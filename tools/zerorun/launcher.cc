@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -14,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iterator>
 #include <optional>
 
@@ -23,6 +25,11 @@ namespace zs {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// [Note: blame] How long a rank that exited with an error code waits to be named, in case a
+// rank killed by a signal or stopped shows up: far longer than the gap between a killed
+// process closing its sockets and becoming a zombie, short against the job.
+constexpr std::chrono::milliseconds kBlameWindow{250};
 
 // One output stream of one rank, relayed line by line.
 struct Relay {
@@ -36,6 +43,7 @@ struct Rank {
   int rank = 0;
   pid_t pid = -1;
   bool running = false;
+  int suspended_by = 0;  // while running: stopped by this signal (waitid WSTOPPED), or 0
   RankOutcome outcome;
 };
 
@@ -103,10 +111,14 @@ void Pump(Relay& relay) {
   }
 }
 
+std::string SignalName(int sig) {
+  const char* name = ::strsignal(sig);
+  return name ? name : "?";
+}
+
 std::string Describe(const RankOutcome& o) {
   if (o.exited) return fmt::format("exited with code {}", o.exit_code);
-  const char* name = ::strsignal(o.signal);
-  return fmt::format("was killed by signal {} ({})", o.signal, name ? name : "?");
+  return fmt::format("was killed by signal {} ({})", o.signal, SignalName(o.signal));
 }
 
 std::string Plural(int n, std::string_view one) {
@@ -128,6 +140,55 @@ void RemoveShmLeftovers(const std::string& shm_dir, pid_t pid) {
     }
   }
   ::closedir(dir);
+}
+
+// Whether `pid` is provably dead ([Note: dead launcher]): no such process, or a zombie (its
+// files and mappings are gone, and its pid cannot be reused while it stays a zombie). A
+// process of another user (EPERM) is alive.
+bool ProcessIsGone(pid_t pid) {
+  if (pid <= 0) return false;
+  if (::kill(pid, 0) != 0) return errno == ESRCH;
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const size_t paren = line.rfind(')');
+  return paren != std::string::npos && paren + 2 < line.size() &&
+         (line[paren + 2] == 'Z' || line[paren + 2] == 'X');
+}
+
+// The pid in a job directory's name "zerorun-<pid>-XXXXXX", or -1.
+pid_t JobDirectoryPid(std::string_view name) {
+  constexpr std::string_view kPrefix = "zerorun-";
+  if (name.substr(0, kPrefix.size()) != kPrefix) return -1;
+  name.remove_prefix(kPrefix.size());
+  const size_t dash = name.find('-');
+  if (dash == 0 || dash == std::string_view::npos || dash > 9) return -1;
+  pid_t pid = 0;
+  for (char c : name.substr(0, dash)) {
+    if (c < '0' || c > '9') return -1;
+    pid = pid * 10 + (c - '0');
+  }
+  return pid;
+}
+
+// Removes what launchers that died without cleaning up left in `temp_dir` and `shm_dir`
+// ([Note: dead launcher] in launcher.h).
+void RemoveLeftoversOfDeadLaunchers(const std::string& temp_dir, const std::string& shm_dir) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(temp_dir, ec)) {
+    const pid_t launcher = JobDirectoryPid(entry.path().filename().string());
+    if (launcher < 0 || !entry.is_directory(ec) || !ProcessIsGone(launcher)) continue;
+    std::ifstream ranks(entry.path() / "ranks");
+    bool all_gone = true;
+    for (long pid; ranks >> pid;) {
+      if (ProcessIsGone(pid_t(pid))) {
+        RemoveShmLeftovers(shm_dir, pid_t(pid));
+      } else {
+        all_gone = false;  // a live process has the pid now: its names are not ours
+      }
+    }
+    if (all_gone) std::filesystem::remove_all(entry.path(), ec);
+  }
 }
 
 // The environment of one rank: the caller's, with our variables replaced.
@@ -187,8 +248,10 @@ class Job {
   Status Prepare();
   Status Start(int rank);
   void Loop();
-  // Reaps the ranks that exited; reports the first failure.
+  // Reaps the ranks that exited, follows stops and continues; names the failure (Blame).
   void Reap();
+  // [Note: blame]: names the failing rank and stops the job, or waits for kBlameWindow.
+  void Blame();
   // Stops the job: sends `sig` to every running rank's group and arms the SIGKILL deadline.
   void Stop(int sig, int exit_code, std::string message);
   void SignalRunning(int sig);
@@ -197,8 +260,9 @@ class Job {
 
   const LaunchOptions& o_;
   std::vector<int> allowed_cpus_;  // what zerorun may use: the ranks' bindings come from it
+  std::string job_dir_;            // [Note: dead launcher]; removed by Cleanup
+  int ranks_fd_ = -1;              // <job_dir_>/ranks, append-only
   std::string rendezvous_;
-  bool remove_rendezvous_ = false;
   int devnull_ = -1;
   std::vector<Rank> ranks_;
   std::vector<Relay> relays_;
@@ -208,6 +272,10 @@ class Job {
   std::optional<Clock::time_point> job_deadline_;
   int exit_code_ = 0;
   std::string failure_;
+  int failed_rank_ = -1;
+  // Ranks that failed by themselves before the job was stopped, in the order seen (indices).
+  std::vector<size_t> failed_;
+  std::optional<Clock::time_point> blame_deadline_;  // [Note: blame]
 };
 
 Status Job::Prepare() {
@@ -217,15 +285,26 @@ Status Job::Prepare() {
   }
   if (o_.command.empty()) return InvalidArgumentError("no program to run was given");
   allowed_cpus_ = AllowedCpus();
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string temp_dir = tmp && *tmp ? tmp : "/tmp";
+  RemoveLeftoversOfDeadLaunchers(temp_dir, o_.shm_dir);
+  std::string templ = fmt::format("{}/zerorun-{}-XXXXXX", temp_dir, ::getpid());
+  if (::mkdtemp(templ.data()) == nullptr) {
+    return IoError(
+        fmt::format("cannot create the job directory '{}': {}", templ, std::strerror(errno)));
+  }
+  job_dir_ = templ;
+  const std::string ranks_path = job_dir_ + "/ranks";
+  ranks_fd_ = ::open(ranks_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (ranks_fd_ < 0) {
+    return IoError(fmt::format("cannot create '{}': {}", ranks_path, std::strerror(errno)));
+  }
   if (o_.rendezvous.empty()) {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string templ = fmt::format("{}/zerorun-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (::mkdtemp(templ.data()) == nullptr) {
-      return IoError(fmt::format("cannot create the rendezvous directory '{}': {}", templ,
+    rendezvous_ = job_dir_ + "/rendezvous";
+    if (::mkdir(rendezvous_.c_str(), 0700) != 0) {
+      return IoError(fmt::format("cannot create the rendezvous directory '{}': {}", rendezvous_,
                                  std::strerror(errno)));
     }
-    rendezvous_ = templ;
-    remove_rendezvous_ = true;
   } else if (o_.rendezvous.rfind("tcp://", 0) == 0) {
     rendezvous_ = o_.rendezvous;  // rank 0 serves it (runtime/topology/tcp_store.h)
   } else {
@@ -294,6 +373,7 @@ Status Job::Start(int rank) {
     close_all();
     return IoError(fmt::format("cannot create a pipe for rank {}: {}", rank, std::strerror(errno)));
   }
+  const pid_t launcher = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
     const int e = errno;
@@ -301,6 +381,9 @@ Status Job::Start(int rank) {
     return IoError(fmt::format("cannot fork rank {}: {}", rank, std::strerror(e)));
   }
   if (pid == 0) {
+    // [Note: dead launcher] Die with zerorun; if it already died, the parent is someone else.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != launcher) ::_exit(128 + SIGKILL);
     ::setpgid(0, 0);
     sigset_t none;
     sigemptyset(&none);
@@ -319,6 +402,9 @@ Status Job::Start(int rank) {
     ::_exit(127);
   }
   ::setpgid(pid, pid);  // also here: no race with a signal sent before the child ran
+  // The job's record, for the next launcher if this one is killed ([Note: dead launcher]).
+  const std::string line = fmt::format("{}\n", pid);
+  [[maybe_unused]] ssize_t recorded = ::write(ranks_fd_, line.data(), line.size());
   ::close(status[1]);
   status[1] = -1;
   ::close(out[1]);
@@ -358,7 +444,11 @@ int Job::CountRunning() const {
 
 void Job::SignalRunning(int sig) {
   for (const Rank& r : ranks_) {
-    if (r.running) ::kill(-r.pid, sig);
+    if (r.running) {
+      ::kill(-r.pid, sig);
+      // A stopped rank acts on a signal only once continued (SIGKILL needs no help).
+      if (sig != SIGKILL) ::kill(-r.pid, SIGCONT);
+    }
   }
 }
 
@@ -368,7 +458,10 @@ void Job::Stop(int sig, int exit_code, std::string message) {
     exit_code_ = exit_code;
     failure_ = std::move(message);
     Say(o_.err_fd, failure_);
-    for (Rank& r : ranks_) r.outcome.stopped = r.running;
+    for (Rank& r : ranks_) {
+      r.outcome.stopped = r.running;
+      r.outcome.suspended_by = r.running ? r.suspended_by : 0;
+    }
   }
   SignalRunning(sig);
   if (sig == SIGKILL) {
@@ -379,11 +472,18 @@ void Job::Stop(int sig, int exit_code, std::string message) {
 }
 
 void Job::Reap() {
-  for (Rank& r : ranks_) {
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    Rank& r = ranks_[i];
     if (!r.running) continue;
     siginfo_t info{};
     // WNOWAIT: the pid stays ours (a zombie) while its group and its shm files are cleaned.
     if (::waitid(P_PID, id_t(r.pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) {
+      // Still running: follow its stops and continues ([Note: blame]).
+      info = {};
+      if (::waitid(P_PID, id_t(r.pid), &info, WSTOPPED | WCONTINUED | WNOHANG) == 0 &&
+          info.si_pid != 0) {
+        r.suspended_by = info.si_code == CLD_STOPPED ? info.si_status : 0;
+      }
       continue;
     }
     ::kill(-r.pid, SIGKILL);  // whatever the rank left running in its group
@@ -392,18 +492,70 @@ void Job::Reap() {
     while (::waitpid(r.pid, &status, 0) < 0 && errno == EINTR) {
     }
     r.running = false;
+    r.suspended_by = 0;
     r.outcome.exited = WIFEXITED(status);
     r.outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
     r.outcome.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
     const bool failed = !r.outcome.exited || r.outcome.exit_code != 0;
-    if (failed && !stopping_) {
-      const int others = CountRunning();
-      std::string message = fmt::format("rank {} (pid {}) {}", r.rank, r.pid, Describe(r.outcome));
-      if (others > 0) message += fmt::format("; stopping the other {}", Plural(others, "rank"));
-      Stop(SIGTERM, r.outcome.exited ? r.outcome.exit_code : 128 + r.outcome.signal,
-           std::move(message));
+    if (failed && !stopping_) failed_.push_back(i);
+  }
+  if (!failed_.empty() && !stopping_) Blame();
+}
+
+void Job::Blame() {
+  // [Note: blame] (1) killed by a signal, (2) stopped, (3) after the window, the first error.
+  const Rank* culprit = nullptr;
+  for (size_t i : failed_) {
+    if (!ranks_[i].outcome.exited) {
+      culprit = &ranks_[i];
+      break;
     }
   }
+  if (culprit == nullptr) {
+    for (const Rank& r : ranks_) {
+      if (r.running && r.suspended_by != 0) {
+        culprit = &r;
+        break;
+      }
+    }
+  }
+  if (culprit == nullptr) {
+    const auto now = Clock::now();
+    if (!blame_deadline_) blame_deadline_ = now + kBlameWindow;
+    if (now < *blame_deadline_ && CountRunning() > 0) return;
+    culprit = &ranks_[failed_.front()];
+  }
+  const RankOutcome& o = culprit->outcome;
+  std::string message;
+  int exit_code = 0;
+  if (culprit->running) {
+    message = fmt::format("rank {} (pid {}) is stopped by signal {} ({})", culprit->rank,
+                          culprit->pid, culprit->suspended_by, SignalName(culprit->suspended_by));
+    exit_code = 128 + culprit->suspended_by;
+  } else {
+    message = fmt::format("rank {} (pid {}) {}", culprit->rank, culprit->pid, Describe(o));
+    exit_code = o.exited ? o.exit_code : 128 + o.signal;
+  }
+  // The other failures seen: consequences under (1) and (2), of unknown order under (3).
+  std::string others_failed;
+  for (size_t i : failed_) {
+    if (&ranks_[i] == culprit) continue;
+    others_failed += fmt::format("{}rank {} {}", others_failed.empty() ? "" : ", ", ranks_[i].rank,
+                                 Describe(ranks_[i].outcome));
+  }
+  if (!others_failed.empty()) {
+    const bool consequence = culprit->running || !o.exited;
+    message += fmt::format("; {} {}", consequence ? "then" : "also", others_failed);
+  }
+  const int others = CountRunning() - (culprit->running ? 1 : 0);
+  if (culprit->running) {
+    message += others > 0 ? fmt::format("; stopping it and the other {}", Plural(others, "rank"))
+                          : std::string("; stopping it");
+  } else if (others > 0) {
+    message += fmt::format("; stopping the other {}", Plural(others, "rank"));
+  }
+  failed_rank_ = culprit->rank;
+  Stop(SIGTERM, exit_code, std::move(message));
 }
 
 void Job::Loop() {
@@ -430,7 +582,9 @@ void Job::Loop() {
     // Child exits are found by polling waitid: 50 ms bounds how late a failure is noticed.
     auto wait = std::chrono::milliseconds(50);
     const auto now = Clock::now();
-    for (auto d : {kill_deadline_, job_deadline_}) {
+    const std::optional<Clock::time_point> blame =
+        stopping_ ? std::optional<Clock::time_point>() : blame_deadline_;
+    for (auto d : {kill_deadline_, job_deadline_, blame}) {
       if (d)
         wait = std::min(wait,
                         std::max(std::chrono::milliseconds(0),
@@ -495,10 +649,12 @@ void Job::Cleanup() {
   }
   if (devnull_ >= 0) ::close(devnull_);
   devnull_ = -1;
-  if (remove_rendezvous_) {
+  if (ranks_fd_ >= 0) ::close(ranks_fd_);
+  ranks_fd_ = -1;
+  if (!job_dir_.empty()) {  // with the temporary rendezvous in it
     std::error_code ec;
-    std::filesystem::remove_all(rendezvous_, ec);
-    remove_rendezvous_ = false;
+    std::filesystem::remove_all(job_dir_, ec);
+    job_dir_.clear();
   }
 }
 
@@ -512,6 +668,7 @@ StatusOr<LaunchResult> Job::Run() {
   LaunchResult result;
   result.exit_code = exit_code_;
   result.failure = failure_;
+  result.failed_rank = failed_rank_;
   for (const Rank& r : ranks_) result.ranks.push_back(r.outcome);
   return result;
 }

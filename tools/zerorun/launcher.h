@@ -12,14 +12,42 @@
 // - Output: by default every line a rank writes to stdout (stderr) is written to out_fd
 //   (err_fd) as "[r<k>] <line>" in one write call, so lines of different ranks never mix;
 //   with output_dir, rank k writes straight to <output_dir>/rank<k>.stdout and .stderr.
-// - The first rank to exit non-zero or die by a signal ends the job: zerorun prints which rank
-//   failed and how on err_fd, sends SIGTERM to the process groups of the running ranks and,
-//   after `grace`, SIGKILL. A `timeout` (0 = none) or a signal read from interrupt_fd (see
-//   InstallSignalForwarding; it is forwarded to the ranks) ends the job the same way. When a
-//   rank exits, whatever it left running in its process group is killed.
+// - The first rank to fail ends the job: zerorun prints which rank failed and how on err_fd
+//   (LaunchResult::failed_rank), sends SIGTERM (then SIGCONT, so that a stopped rank acts on
+//   it) to the process groups of the running ranks and, after `grace`, SIGKILL. A rank fails
+//   by exiting non-zero or dying by a signal; the one named is chosen by [Note: blame]. A
+//   `timeout` (0 = none) or a signal read from interrupt_fd (see InstallSignalForwarding; it is
+//   forwarded to the ranks) ends the job the same way. When a rank exits, whatever it left
+//   running in its process group is killed.
+// - [Note: blame] One failure makes the others fail: a rank that dies makes its peers' next
+//   operation fail, and they may exit within the same 50 ms poll, in any order. So the rank
+//   named is, in this order of precedence: (1) one that died by a signal zerorun did not send
+//   (a peer cannot kill it, but its death makes peers exit with an error code); (2) a rank that
+//   is stopped (SIGSTOP, SIGTSTP, ...; seen with waitid(WSTOPPED)) while others fail: its peers'
+//   operations time out waiting for it; (3) the first rank seen exiting with an error code,
+//   but only after kBlameWindow (250 ms) in which no rank of kind (1) or (2) appeared: a killed
+//   rank closes its sockets and files a moment before it becomes a zombie that waitid sees,
+//   so a peer's error can be seen first. The others are stopped once the rank is named. A rank
+//   that hangs without being stopped (a busy loop, a blocked system call) is not detected
+//   here: its peers' errors name it (e.g. "waiting for rank(s) 2") in their relayed output.
 // - Exit code of the job (LaunchResult::exit_code): 0 if every rank exited 0; else that of the
-//   first failing rank (its code, or 128+signal); 124 on timeout; 128+signal when interrupted.
-// - Clean-up, always: the temporary rendezvous directory (when zerorun created it) and every
+//   failing rank named (its code, 128+signal if it was killed, 128+stop signal if it was
+//   stopped); 124 on timeout; 128+signal when interrupted.
+// - [Note: dead launcher] Each rank gets PR_SET_PDEATHSIG(SIGKILL) (and exits at once if
+//   zerorun died before that was set): if zerorun is killed (SIGKILL, an OOM kill), its ranks
+//   are killed too, instead of running on unattended. Descendants of a rank that left its
+//   process group are not. The signal follows the thread that called RunRanks: it must not exit
+//   while the job runs (RunRanks blocks it, so only a caller that kills it could).
+// - Job directory: <TMPDIR or /tmp>/zerorun-<zerorun's pid>-XXXXXX, created at start, holding
+//   "ranks" (the pid of each rank, one a line, written right after its fork) and, when no
+//   rendezvous is given, the rendezvous ("rendezvous/"). RunRanks first removes what dead
+//   launchers left: for each zerorun-<pid>-* directory whose pid is dead (kill(pid, 0) fails
+//   with ESRCH, or the process is a zombie), the <shm_dir>/<rank pid>:* entries of every rank
+//   listed that is dead too, then the directory once all its ranks are. Only provably dead
+//   owners: a live launcher's job, or a rank pid now used by a live process, is left alone.
+//   (Pids are those of zerorun's pid namespace: hosts whose containers have their own pid
+//   namespaces must not share one TMPDIR between them.)
+// - Clean-up, always: the job directory (with the temporary rendezvous) and every
 //   <shm_dir>/<pid>:* entry of every rank's pid. [Note: shm leftovers] libfabric's shm
 //   provider creates a 16 MiB /dev/shm/<pid>:<name> file per endpoint and removes it only in
 //   fi_close(): a rank that is killed or crashes leaves it behind, and the tmpfs fills up over
@@ -72,8 +100,7 @@ struct LaunchOptions {
 
 // The CPUs rank `rank` may run on, given the CPUs zerorun may use (`allowed`, ascending): one
 // under kCore, all under kNone.
-std::vector<int> RankCpus(CpuBinding bind, int rank,
-                          const std::vector<int>& allowed);
+std::vector<int> RankCpus(CpuBinding bind, int rank, const std::vector<int>& allowed);
 
 struct RankOutcome {
   int rank = 0;
@@ -82,11 +109,13 @@ struct RankOutcome {
   int exit_code = 0;
   int signal = 0;        // killed by this signal (when !exited)
   bool stopped = false;  // it was still running when the job was stopped
+  int suspended_by = 0;  // it was stopped by this signal (SIGSTOP, ...) when the job was stopped
 };
 
 struct LaunchResult {
   int exit_code = 0;
-  std::string failure;  // the message printed about the first failure, timeout or signal
+  std::string failure;   // the message printed about the first failure, timeout or signal
+  int failed_rank = -1;  // the rank named as the failure ([Note: blame]); -1: none
   std::vector<RankOutcome> ranks;
 };
 

@@ -16,7 +16,10 @@ int main(int argc, char** argv) {
       "zerorun: starts N ranks of PROGRAM on this host, each with ZS_RANK, ZS_WORLD_SIZE, "
       "ZS_LOCAL_RANK, ZS_LOCAL_SIZE, ZS_RENDEZVOUS (and ZS_BACKEND) in its environment.\n"
       "Output lines are prefixed with [r<rank>]. When a rank fails, the others are stopped and "
-      "zerorun exits with its code (128+signal if it was killed, 124 on --timeout)."};
+      "zerorun exits with its code (128+signal if it was killed, 124 on --timeout); the rank "
+      "named is one that died by a signal or was stopped, before peers that exited with an "
+      "error. Ranks die with zerorun; the next zerorun removes what a killed one left "
+      "(its $TMPDIR/zerorun-<pid>-* directory, its ranks' /dev/shm/<pid>:* files)."};
   app.set_help_flag("-h,--help", "print this help");
   zs::LaunchOptions options;
   double timeout_s = 0, grace_s = 5;

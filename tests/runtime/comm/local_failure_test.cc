@@ -5,12 +5,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "runtime/comm/backend_registry.h"
+#include "runtime/comm/local_ranks.h"
 #include "tests/runtime/comm/rank_threads.h"
 
 namespace zs::testing {
@@ -103,6 +106,48 @@ TEST_F(LocalFailureTest, SilentRankIsNamedWithinTheTimeout) {
     EXPECT_THAT(results[r].message(), HasSubstr("waiting for rank 2"));
     EXPECT_THAT(results[r].message(), HasSubstr("all_reduce"));
     EXPECT_THAT(results[r].message(), HasSubstr("group 'g'"));
+  }
+}
+
+// Issue 27: train_gpt --world N hands zerostack.comm_timeout_ms to RunLocalRanks. A rank thread
+// that stalls before a collective (until both peers gave up, at most 20 s) is named by its
+// peers at that timeout, on the world communicator and on a group split from it (the engine's
+// process groups are). A timeout that did not reach them would let the collective complete
+// once the stalled rank woke: the status checks fail, no duration is asserted.
+TEST_F(LocalFailureTest, StalledRankThreadIsNamedAtTheTimeoutGivenToRunLocalRanks) {
+  for (bool split : {false, true}) {
+    SCOPED_TRACE(split ? "split group" : "world");
+    std::atomic<int> gave_up{0};
+    std::vector<Status> results(3);
+    CommOptions options;
+    options.timeout = kShort;
+    options.group_name = split ? "stall-split" : "stall";
+    Status all = RunLocalRanks(3, options, [&](int r, Communicator& world, MemoryTracker&) {
+      std::unique_ptr<Communicator> child;
+      Communicator* comm = &world;
+      if (split) {
+        StatusOr<std::unique_ptr<Communicator>> made = world.Split(0, r, "dp");
+        if (!made.ok()) return results[size_t(r)] = made.status();
+        child = std::move(*made);
+        comm = child.get();
+      }
+      if (r == 2) {
+        for (int i = 0; i < 20'000 && gave_up.load() < 2; ++i) {
+          std::this_thread::sleep_for(milliseconds(1));
+        }
+      }
+      std::vector<float> in(10, 1.0f), out(10);
+      Status s = comm->AllReduce(in.data(), out.data(), 10, DType::kF32, ReduceOp::kSum);
+      if (r != 2) ++gave_up;
+      return results[size_t(r)] = s;
+    });
+    EXPECT_FALSE(all.ok());
+    for (int r : {0, 1}) {
+      EXPECT_EQ(results[size_t(r)].code(), StatusCode::kDeadlineExceeded)
+          << results[size_t(r)].ToString();
+      EXPECT_THAT(results[size_t(r)].message(), HasSubstr("timed out after 300 ms"));
+      EXPECT_THAT(results[size_t(r)].message(), HasSubstr("rank 2"));
+    }
   }
 }
 
