@@ -4,8 +4,12 @@
 #                                       offload/), so "runtime/base/status.h" resolves from
 #                                       P/include/zerostack, and the umbrella
 #                                       P/include/zerostack/zerostack.h (<zerostack/zerostack.h>)
-#   P/lib/cmake/zerostack/              zerostackConfig.cmake, its version file and the targets
-# Consumers: find_package(zerostack CONFIG REQUIRED) and link zerostack::zerostack.
+#   P/lib/cmake/zerostack/              zerostackConfig.cmake, its version file and the targets:
+#                                       zerostackTargets.cmake (CPU), zerostackCudaTargets.cmake
+#                                       (the cuda and nccl components, in a build with CUDA)
+# Consumers: find_package(zerostack CONFIG REQUIRED) and link zerostack::zerostack (CPU); add
+# COMPONENTS cuda nccl and link zerostack::cuda / zerostack::nccl for the GPU parts
+# ([Note: optional components] below).
 # Included at the end of the top-level CMakeLists, so every library target exists already; the
 # dependencies the config file finds are read from the libraries' link interfaces, so a layer
 # that adds a dependency needs no change here (only a mapping below if its namespace is new).
@@ -13,111 +17,180 @@ include(CMakePackageConfigHelpers)
 
 set(ZS_INSTALL_CMAKEDIR lib/cmake/zerostack)
 
-# ---- zerostack::zerostack: every layer, plus <zerostack/zerostack.h> ----------------------
+# ---- zerostack::zerostack and the components ---------------------------------------------
+# [Note: optional components] A CPU-only program must link no CUDA or NCCL library (they are
+# large, and need a driver to load), and a package built without CUDA must be usable without the
+# toolkit. So the libraries that need CUDA are components (zs_add_library(... COMPONENT)):
+#   zerostack::zerostack  every layer that runs on CPUs, plus <zerostack/zerostack.h>
+#   zerostack::cuda       the CUDA device ("cuda:N"), the CUDA kernels, the GPU token dispatch
+#   zerostack::nccl       the nccl backend (and zerostack::cuda)
+# A backend or device kind of a component registers itself in the programs that link it: the
+# generated registration calls a weak hook that linking the component provides
+# (zs_generate_builtins, cmake/ZsTargets.cmake), so no #ifdef and no separate build of zs_comm
+# or zs_device. The components are a second export set, loaded by zerostackConfig.cmake (after
+# finding the CUDA toolkit) only when find_package asks for them (COMPONENTS cuda nccl). In this
+# tree the same targets exist, empty in a build without CUDA, for the programs that use a GPU.
+# A component adds to zerostack::zerostack (link both); it does not include it.
+set(ZS_CPU_TARGETS ${ZS_LIBRARY_TARGETS})
+set(ZS_CUDA_EXPORT_TARGETS ${ZS_COMPONENT_TARGETS_cuda} ${ZS_COMPONENT_TARGETS_nccl})
+if(ZS_CUDA_EXPORT_TARGETS)
+  list(REMOVE_ITEM ZS_CPU_TARGETS ${ZS_CUDA_EXPORT_TARGETS})
+endif()
+
 add_library(zerostack INTERFACE)
 add_library(zerostack::zerostack ALIAS zerostack)
-target_link_libraries(zerostack INTERFACE ${ZS_LIBRARY_TARGETS})
+target_link_libraries(zerostack INTERFACE ${ZS_CPU_TARGETS})
 target_include_directories(zerostack INTERFACE $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
                                                $<INSTALL_INTERFACE:include>)
+add_library(zerostack_cuda INTERFACE)
+add_library(zerostack::cuda ALIAS zerostack_cuda)
+set_target_properties(zerostack_cuda PROPERTIES EXPORT_NAME cuda)
+target_link_libraries(zerostack_cuda INTERFACE ${ZS_COMPONENT_TARGETS_cuda})
+add_library(zerostack_nccl INTERFACE)
+add_library(zerostack::nccl ALIAS zerostack_nccl)
+set_target_properties(zerostack_nccl PROPERTIES EXPORT_NAME nccl)
+target_link_libraries(zerostack_nccl INTERFACE zerostack_cuda ${ZS_COMPONENT_TARGETS_nccl})
+set(ZS_CUDA_EXPORT_INTERFACES "")
+if(ZS_COMPONENT_TARGETS_cuda)
+  list(APPEND ZS_CUDA_EXPORT_INTERFACES zerostack_cuda)
+endif()
+if(ZS_COMPONENT_TARGETS_nccl)
+  list(APPEND ZS_CUDA_EXPORT_INTERFACES zerostack_nccl)
+endif()
 
 # ---- walk the link interfaces -------------------------------------------------------------
-# Non-imported targets that the libraries link but that are not zerostack libraries (e.g. the
-# NCCL wrapper of cmake/ZsCuda.cmake) join the export set; imported ones become dependencies.
-set(zs_export_extra "")
-set(zs_imported "")
-set(zs_seen "")
-set(zs_queue ${ZS_LIBRARY_TARGETS})
-while(zs_queue)
-  list(POP_FRONT zs_queue zs_target)
-  if(zs_target IN_LIST zs_seen)
-    continue()
-  endif()
-  list(APPEND zs_seen ${zs_target})
-  get_target_property(zs_links ${zs_target} INTERFACE_LINK_LIBRARIES)
-  if(NOT zs_links)
-    continue()
-  endif()
-  foreach(zs_link IN LISTS zs_links)
-    string(REGEX REPLACE "^\\$<LINK_ONLY:(.+)>$" "\\1" zs_link "${zs_link}")
-    if(zs_link MATCHES "^\\$<" OR NOT TARGET ${zs_link})
-      continue()  # a generator expression, a flag or a plain library file
+# zs_walk_links(targets... EXTRA out IMPORTED out): non-imported targets that the libraries link
+# but that are not zerostack libraries (e.g. the NCCL wrapper of cmake/ZsCuda.cmake) join the
+# export set (EXTRA); imported ones become dependencies (IMPORTED).
+function(zs_walk_links)
+  cmake_parse_arguments(ARG "" "EXTRA;IMPORTED" "TARGETS" ${ARGN})
+  set(extra "")
+  set(imported "")
+  set(seen "")
+  set(queue ${ARG_TARGETS})
+  while(queue)
+    list(POP_FRONT queue target)
+    if(target IN_LIST seen)
+      continue()
     endif()
-    get_target_property(zs_aliased ${zs_link} ALIASED_TARGET)
-    if(zs_aliased)
-      set(zs_link ${zs_aliased})
+    list(APPEND seen ${target})
+    get_target_property(links ${target} INTERFACE_LINK_LIBRARIES)
+    if(NOT links)
+      continue()
     endif()
-    get_target_property(zs_is_imported ${zs_link} IMPORTED)
-    if(zs_is_imported)
-      list(APPEND zs_imported ${zs_link})
-    elseif(NOT zs_link IN_LIST ZS_LIBRARY_TARGETS AND NOT zs_link IN_LIST zs_export_extra)
-      list(APPEND zs_export_extra ${zs_link})
-      list(APPEND zs_queue ${zs_link})
+    foreach(link IN LISTS links)
+      string(REGEX REPLACE "^\\$<LINK_ONLY:(.+)>$" "\\1" link "${link}")
+      if(link MATCHES "^\\$<" OR NOT TARGET ${link})
+        continue()  # a generator expression, a flag or a plain library file
+      endif()
+      get_target_property(aliased ${link} ALIASED_TARGET)
+      if(aliased)
+        set(link ${aliased})
+      endif()
+      get_target_property(is_imported ${link} IMPORTED)
+      if(is_imported)
+        list(APPEND imported ${link})
+      elseif(NOT link IN_LIST ZS_LIBRARY_TARGETS AND NOT link IN_LIST extra)
+        list(APPEND extra ${link})
+        list(APPEND queue ${link})
+      else()
+        list(APPEND queue ${link})
+      endif()
+    endforeach()
+  endwhile()
+  list(REMOVE_DUPLICATES imported)
+  set(${ARG_EXTRA} ${extra} PARENT_SCOPE)
+  set(${ARG_IMPORTED} ${imported} PARENT_SCOPE)
+endfunction()
+
+# zs_dependency_lines(OUT var DONE var IMPORTED targets...): the find_dependency lines of the
+# config file for the imported targets, one per namespace not in the list DONE names (which it
+# extends).
+function(zs_dependency_lines)
+  cmake_parse_arguments(ARG "" "OUT;DONE" "IMPORTED" ${ARGN})
+  set(deps "")
+  set(done ${${ARG_DONE}})
+  foreach(dep IN LISTS ARG_IMPORTED)
+    if(dep MATCHES "^PkgConfig::(.+)$")
+      set(prefix ${CMAKE_MATCH_1})
+      if(dep IN_LIST done)
+        continue()
+      endif()
+      list(APPEND done ${dep})
+      set(module "${${prefix}_MODULE_NAME}")
+      if(NOT module)
+        string(TOLOWER ${prefix} module)
+      endif()
+      string(APPEND deps "if(NOT TARGET ${dep})\n"
+                         "  pkg_check_modules(${prefix} REQUIRED QUIET IMPORTED_TARGET "
+                         "${module})\nendif()\n")
+      continue()
+    endif()
+    string(REGEX REPLACE "::.*$" "" ns "${dep}")
+    if(ns IN_LIST done)
+      continue()
+    endif()
+    list(APPEND done ${ns})
+    if(ns STREQUAL "CUDA")
+      string(APPEND deps "find_dependency(CUDAToolkit)\n")
+    elseif(ns STREQUAL "CCCL")
+      string(APPEND deps
+             "find_dependency(CCCL CONFIG HINTS \"${CUDAToolkit_LIBRARY_DIR}/cmake\")\n")
+    elseif(ns STREQUAL "OpenMP")
+      string(APPEND deps "find_dependency(OpenMP)\n")
+    elseif(ns STREQUAL "BLAS" OR ns STREQUAL "LAPACK" OR ns STREQUAL "hwy"
+           OR ns STREQUAL "spdlog" OR ns STREQUAL "CLI11")
+      string(APPEND deps "find_dependency(${ns})\n")
     else()
-      list(APPEND zs_queue ${zs_link})
+      message(WARNING "zerostack install: libraries link ${dep}; the generated config guesses "
+                      "find_dependency(${ns}). Add a mapping in cmake/ZsInstall.cmake if wrong.")
+      string(APPEND deps "find_dependency(${ns})\n")
     endif()
   endforeach()
-endwhile()
-list(REMOVE_DUPLICATES zs_imported)
+  set(${ARG_OUT} "${deps}" PARENT_SCOPE)
+  set(${ARG_DONE} ${done} PARENT_SCOPE)
+endfunction()
+
+zs_walk_links(TARGETS ${ZS_CPU_TARGETS} EXTRA zs_export_extra IMPORTED zs_imported)
+zs_walk_links(TARGETS ${ZS_CUDA_EXPORT_TARGETS} EXTRA zs_cuda_extra IMPORTED zs_cuda_imported)
+if(zs_export_extra AND zs_cuda_extra)
+  list(REMOVE_ITEM zs_cuda_extra ${zs_export_extra})
+endif()
+foreach(zs_dep IN LISTS zs_imported)
+  if(zs_dep MATCHES "^(CUDA|CCCL)::")
+    message(FATAL_ERROR "zerostack install: a CPU library links ${zs_dep}; mark the library "
+                        "COMPONENT cuda ([Note: optional components])")
+  endif()
+endforeach()
 
 # The dependency lines of zerostackConfig.cmake: the baseline every build has, then one per
-# namespace of the imported targets found above.
+# namespace of the imported targets found above; the components' own ones apart.
 set(zs_deps "find_dependency(Threads)\nfind_dependency(fmt)\nfind_dependency(nlohmann_json)\n")
 string(APPEND zs_deps "find_dependency(PkgConfig)\n")
 string(APPEND zs_deps "if(NOT TARGET PkgConfig::LIBFABRIC)\n"
                       "  pkg_check_modules(LIBFABRIC REQUIRED QUIET IMPORTED_TARGET libfabric)\n"
                       "endif()\n")
-if(ZS_HAVE_CUDA)
-  string(APPEND zs_deps "find_dependency(CUDAToolkit)\n")
-endif()
 set(zs_done Threads fmt nlohmann_json PkgConfig::LIBFABRIC)
-if(ZS_HAVE_CUDA)
-  list(APPEND zs_done CUDA)
-endif()
-foreach(zs_dep IN LISTS zs_imported)
-  if(zs_dep MATCHES "^PkgConfig::(.+)$")
-    set(zs_prefix ${CMAKE_MATCH_1})
-    if(zs_dep IN_LIST zs_done)
-      continue()
-    endif()
-    list(APPEND zs_done ${zs_dep})
-    set(zs_module "${${zs_prefix}_MODULE_NAME}")
-    if(NOT zs_module)
-      string(TOLOWER ${zs_prefix} zs_module)
-    endif()
-    string(APPEND zs_deps "if(NOT TARGET ${zs_dep})\n"
-                          "  pkg_check_modules(${zs_prefix} REQUIRED QUIET IMPORTED_TARGET "
-                          "${zs_module})\nendif()\n")
-    continue()
-  endif()
-  string(REGEX REPLACE "::.*$" "" zs_ns "${zs_dep}")
-  if(zs_ns IN_LIST zs_done)
-    continue()
-  endif()
-  list(APPEND zs_done ${zs_ns})
-  if(zs_ns STREQUAL "CUDA")
-    string(APPEND zs_deps "find_dependency(CUDAToolkit)\n")
-  elseif(zs_ns STREQUAL "CCCL")
-    string(APPEND zs_deps
-           "find_dependency(CCCL CONFIG HINTS \"${CUDAToolkit_LIBRARY_DIR}/cmake\")\n")
-  elseif(zs_ns STREQUAL "OpenMP")
-    string(APPEND zs_deps "find_dependency(OpenMP)\n")
-  elseif(zs_ns STREQUAL "BLAS" OR zs_ns STREQUAL "LAPACK" OR zs_ns STREQUAL "hwy"
-         OR zs_ns STREQUAL "spdlog" OR zs_ns STREQUAL "CLI11")
-    string(APPEND zs_deps "find_dependency(${zs_ns})\n")
-  else()
-    message(WARNING "zerostack install: libraries link ${zs_dep}; the generated config guesses "
-                    "find_dependency(${zs_ns}). Add a mapping in cmake/ZsInstall.cmake if wrong.")
-    string(APPEND zs_deps "find_dependency(${zs_ns})\n")
-  endif()
-endforeach()
+zs_dependency_lines(OUT zs_cpu_lines DONE zs_done IMPORTED ${zs_imported})
+string(APPEND zs_deps "${zs_cpu_lines}")
 set(ZS_CONFIG_DEPENDENCIES "${zs_deps}")
+set(zs_cuda_done ${zs_done})
+zs_dependency_lines(OUT ZS_CONFIG_CUDA_DEPENDENCIES DONE zs_cuda_done IMPORTED ${zs_cuda_imported})
 
 # ---- install rules ------------------------------------------------------------------------
-install(TARGETS ${ZS_LIBRARY_TARGETS} ${zs_export_extra} zerostack
+install(TARGETS ${ZS_CPU_TARGETS} ${zs_export_extra} zerostack
         EXPORT zerostackTargets
         ARCHIVE DESTINATION lib
         LIBRARY DESTINATION lib
         RUNTIME DESTINATION bin)
+if(ZS_CUDA_EXPORT_TARGETS)
+  install(TARGETS ${ZS_CUDA_EXPORT_TARGETS} ${zs_cuda_extra} ${ZS_CUDA_EXPORT_INTERFACES}
+          EXPORT zerostackCudaTargets
+          ARCHIVE DESTINATION lib
+          LIBRARY DESTINATION lib
+          RUNTIME DESTINATION bin)
+  install(EXPORT zerostackCudaTargets NAMESPACE zerostack:: DESTINATION ${ZS_INSTALL_CMAKEDIR})
+endif()
 foreach(zs_dir runtime kernels optimizers offload)
   if(IS_DIRECTORY ${PROJECT_SOURCE_DIR}/${zs_dir})
     install(DIRECTORY ${PROJECT_SOURCE_DIR}/${zs_dir}/ DESTINATION include/zerostack/${zs_dir}

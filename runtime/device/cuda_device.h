@@ -56,7 +56,8 @@ class CudaDevice : public Device {
   const int ordinal_;
 };
 
-// The factory entry for "cuda:<ordinal>" (listed by CMake in the generated builtin_devices.cc).
+// The factory entry for "cuda:<ordinal>" (reached through a hook CMake generates; a kind of
+// CreateDevice only in programs that link zs_device_cuda, zerostack::cuda).
 DeviceFactoryEntry CudaDeviceFactory();
 
 }  // namespace zs

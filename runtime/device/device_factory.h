@@ -8,7 +8,9 @@
 //
 // Contract
 // - Kinds compiled in optionally (cuda) reach the factory through a list CMake generates from
-//   the device targets it built; build flags only decide whether a kind exists.
+//   the device targets it built; build flags only decide whether a kind exists. Such a kind is
+//   a component library: it exists in a program that links it (zs_device_cuda, the installed
+//   zerostack::cuda), and a program without it links no CUDA library.
 // - Errors: an unknown kind is NotFound listing the allowed specs; a malformed argument is
 //   InvalidArgument naming it; "cuda:N" without CUDA in the build, without a GPU, or with N out
 //   of range is Unavailable with the reason.

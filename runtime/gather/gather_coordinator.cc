@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "runtime/base/check.h"
+#include "runtime/base/log.h"
 #include "runtime/gather/execution_trace.h"
 
 namespace zs {
@@ -314,6 +315,7 @@ class GatherCoordinator::Impl {
       if (!unit.persistent) {
         live_ += unit.elements;
         stats_->peak_live_elements = std::max(stats_->peak_live_elements, live_);
+        if (live_ > options_.max_live_elements) NoteCapExceeded(u);
       }
     }
     unit.handle = comm_.StartAllGather(shard, unit.buffer.data(), size_t(unit.shard_elements),
@@ -321,6 +323,19 @@ class GatherCoordinator::Impl {
     unit.state = UnitGatherState::kGathering;
     ++stats_->gathers;
     return OkStatus();
+  }
+
+  // [Note: soft cap] A demanded unit is gathered even when it takes the held elements past
+  // max_live_elements: counted every time, logged the first time.
+  void NoteCapExceeded(int u) {
+    ++stats_->max_live_exceeded;
+    if (cap_warned_) return;
+    cap_warned_ = true;
+    ZS_LOG_RANK(kWarn, comm_.rank(),
+                "stage3_max_live_parameters is a soft cap: gathering unit {} ('{}', {} elements) "
+                "holds {} gathered elements > stage3_max_live_parameters {}; counted in the "
+                "gather report's max_live_exceeded (logged once)",
+                u, units_[u].name, units_[u].elements, live_, options_.max_live_elements);
   }
 
   // Gives a unit's shard back to the ShardSource once its all-gather no longer reads it.
@@ -442,6 +457,7 @@ class GatherCoordinator::Impl {
   int64_t live_ = 0;                 // elements of non-persistent units with a buffer
   int64_t prefetched_elements_ = 0;  // elements of units with `prefetched` set
   int64_t prefetch_seq_ = 0;
+  bool cap_warned_ = false;  // [Note: soft cap] logged once per coordinator
   Status broken_;  // the first error; OK while usable
 };
 

@@ -35,6 +35,12 @@
 // - Bound: gathered (non-persistent) elements never exceed max_live_elements plus the unit
 //   being acquired; if units already in use are larger than that, it is them plus that unit.
 //   Kept-for-reuse and prefetched units are freed first when a demanded unit needs room.
+//   [Note: soft cap] max_live_elements (stage3_max_live_parameters) is a soft cap: prefetches
+//   and kept units respect it, but a demanded unit is always gathered, so one unit larger than
+//   the cap (or units in use plus the demanded one) exceed it. Each gather that leaves more
+//   than max_live_elements held counts in GatherStats::max_live_exceeded (peak_live_elements
+//   has the peak), and the first one logs a warning (once per coordinator) naming the unit, the
+//   elements held and the cap.
 // - [Note: trace] The first step records the sequence of Acquire calls; EndStep() commits it.
 //   Later steps replay it: each Acquire is compared with the trace at the current position.
 //   On a mismatch (the execution order changed) the trace is invalidated safely: in-flight
@@ -124,6 +130,8 @@ struct GatherStats {
   int64_t trace_invalidations = 0;
   int64_t prefetched_unused_freed = 0;  // prefetched units freed unused at an invalidation
   int64_t peak_live_elements = 0;       // gathered non-persistent elements held at once
+  // Gathers that left more than max_live_elements held ([Note: soft cap]); 0 within the cap.
+  int64_t max_live_exceeded = 0;
 };
 
 class GatherCoordinator {

@@ -2,8 +2,9 @@
 // communicator's own CUDA stream. Buffers are device memory.
 //
 // Contract
-// - MakeNcclBackend() returns the factory registered as "nccl" (via ZS_COMM_BACKENDS; built
-//   only when CMake found NCCL beside the CUDA toolkit). Available() is Unavailable, with the
+// - MakeNcclBackend() returns the factory registered as "nccl" (via ZS_COMM_OPTIONAL_BACKENDS;
+//   built only when CMake found NCCL beside the CUDA toolkit, and registered by
+//   RegisterBuiltinBackends() only in programs that link zs_comm_nccl, zerostack::nccl). Available() is Unavailable, with the
 //   CUDA error, when cudaGetDeviceCount fails (no driver: error 35) or finds no device.
 // - Connect(store, rank, world, options) is collective: rank 0 creates an ncclUniqueId and
 //   sets it under "zs/nccl/<group>/w<world>/g<gen>/unique_id" (gen = how many times this rank

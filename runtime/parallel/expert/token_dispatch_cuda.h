@@ -1,6 +1,6 @@
 // PlanDispatchCuda: the dispatch plan of token_dispatch.h computed on a GPU, by the same Thrust
 // template (token_dispatch_impl.h) instantiated with thrust::cuda::par. Built only when the
-// build has CUDA (ZS_HAVE_CUDA; target zs_expert_cuda, linked by zs_expert).
+// build has CUDA (ZS_HAVE_CUDA; target zs_expert_cuda, in the zerostack::cuda component).
 //
 // Contract
 // - The rule, the outputs and their meaning are PlanDispatch's (token_dispatch.h); the results

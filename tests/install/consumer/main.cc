@@ -1,6 +1,7 @@
 // Uses an installed zerostack through <zerostack/zerostack.h>: prints the registered backends
-// and, if the `local` backend is there, runs a 2-rank all-reduce and checks its result.
-// Exit status 0 on success.
+// and the device specs (run_install_test.cmake checks which are there: nccl and cuda only when
+// the program links zerostack::nccl) and, if the `local` backend is there, runs a 2-rank
+// all-reduce and checks its result. Exit status 0 on success.
 #include <zerostack/zerostack.h>
 
 #include <cstdio>
@@ -17,6 +18,8 @@ int main() {
     std::printf(" %s", name.c_str());
     have_local |= name == "local";
   }
+  std::printf("\ndevice specs:");
+  for (const std::string& form : zs::DeviceSpecForms()) std::printf(" %s", form.c_str());
   std::printf("\n");
   if (!have_local) return 0;
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/base/log.h"
 #include "runtime/comm/backend_registry.h"
 #include "runtime/device/device_factory.h"
 #include "runtime/topology/store.h"
@@ -443,6 +444,49 @@ TEST_F(GatherCoordinatorTest, MaxLiveElementsBoundsGatheredMemory) {
     EXPECT_GT(gc->stats().peak_live_elements, caps.back() + largest);
     return OkStatus();
   });
+}
+
+// [Note: soft cap] A unit larger than max_live_elements is still gathered; every such gather is
+// counted and the first one logged, once per coordinator. Within the cap nothing is counted.
+TEST_F(GatherCoordinatorTest, MaxLiveElementsIsASoftCapReportedWhenExceeded) {
+  const std::vector<int64_t> sizes = {4, 30, 6};  // 8, 60 and 12 gathered elements at world 2
+  const std::string ops = Sequential({0, 1, 2});
+  struct Case {
+    int64_t max_live;
+    int64_t exceeded;  // over 3 steps: unit 1 alone (60) exceeds a cap of 40 in each step
+    int64_t peak;      // under a cap of 1000 the replayed steps prefetch all three (80)
+  };
+  for (const Case c : {Case{40, 3, 60}, Case{60, 0, 60}, Case{1000, 0, 80}}) {
+    SCOPED_TRACE(c.max_live);
+    ::testing::internal::CaptureStderr();
+    RunRanks(2, sizes, [&](RankEnv& env) -> Status {
+      GatherOptions options;
+      options.max_live_elements = c.max_live;
+      options.max_reuse_distance_elements = 0;
+      ZS_ASSIGN_OR_RETURN(auto gc, env.Create(options));
+      for (int step = 0; step < 3; ++step) ZS_RETURN_IF_ERROR(RunStep(*gc, env, ops, 0));
+      EXPECT_EQ(gc->stats().max_live_exceeded, c.exceeded);
+      EXPECT_EQ(gc->stats().peak_live_elements, c.peak);
+      EXPECT_GE(gc->stats().demand_gathers, 1);
+      return OkStatus();
+    });
+    const std::string log = ::testing::internal::GetCapturedStderr();
+    size_t warnings = 0;
+    for (size_t at = log.find("soft cap"); at != std::string::npos;
+         at = log.find("soft cap", at + 1)) {
+      ++warnings;
+    }
+    // Once per coordinator (one per rank), naming the unit, what it held and the cap (unless
+    // ZS_LOG_LEVEL hides warnings).
+    if (!LogEnabled(LogLevel::kWarn)) continue;
+    EXPECT_EQ(warnings, c.exceeded > 0 ? 2u : 0u) << log;
+    if (c.exceeded > 0) {
+      EXPECT_NE(log.find("unit 1 ('unit1', 60 elements) holds 60 gathered elements > "
+                         "stage3_max_live_parameters 40"),
+                std::string::npos)
+          << log;
+    }
+  }
 }
 
 TEST_F(GatherCoordinatorTest, ReuseDistanceKeepsUnitsAcquiredAgainSoon) {
