@@ -1,5 +1,9 @@
 #include "examples/train_gpt/train_gpt_args.h"
 
+#include <fmt/format.h>
+
+#include <string_view>
+
 namespace zs {
 
 void AddTrainGptFlags(CLI::App& app, Args& args) {
@@ -86,6 +90,39 @@ void AddTrainGptFlags(CLI::App& app, Args& args) {
       ->check(CLI::PositiveNumber);
   app.add_option("--trace", args.trace,
                  "write a Chrome/Perfetto trace per rank (FILE.json -> FILE.rank<r>.json)");
+}
+
+CommandLineOutcome ParseTrainGptArgs(CLI::App& app, int argc, const char* const* argv) {
+  CommandLineOutcome outcome;
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    outcome.help = app.help();
+  } catch (const CLI::CallForAllHelp&) {
+    outcome.help = app.help("", CLI::AppFormatMode::All);
+  } catch (const CLI::ExtrasError& e) {
+    // CLI11 lists them unquoted, so an empty argument ('') read as nothing: quoted here.
+    std::string quoted;
+    for (const std::string& extra : app.remaining()) {
+      if (quoted.size() > 400) {
+        quoted += " ...";
+        break;
+      }
+      quoted += fmt::format("{}\"{}{}\"", quoted.empty() ? "" : " ", extra.substr(0, 100),
+                            extra.size() > 100 ? "..." : "");
+    }
+    outcome.exit_code = e.get_exit_code();
+    outcome.status = InvalidArgumentError(fmt::format(
+        "unexpected argument{}: {} (train_gpt takes flags only)",
+        app.remaining().size() == 1 ? "" : "s", quoted));
+  } catch (const CLI::ParseError& e) {
+    outcome.exit_code = e.get_exit_code();
+    std::string_view what = e.what();
+    // An argument CLI11 quotes back can be as long as the command line: bounded.
+    if (what.size() > 500) what = what.substr(0, 500);
+    outcome.status = InvalidArgumentError(std::string(what));
+  }
+  return outcome;
 }
 
 }  // namespace zs

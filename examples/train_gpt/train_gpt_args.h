@@ -3,11 +3,16 @@
 // Contract
 // - AddTrainGptFlags registers every flag on `app` with its range check; `args` must outlive
 //   the parse. Plain values; no threads.
+// - ParseTrainGptArgs parses a command line with them and never exits or throws (STYLE rule 8:
+//   no exit() outside main): a bad command line comes back as an error naming the flag, for
+//   main to print and exit with, as CLI11's own CLI11_PARSE would have.
 #pragma once
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
+
+#include "runtime/base/status.h"
 
 namespace zs {
 
@@ -59,5 +64,20 @@ struct Args {
 };
 
 void AddTrainGptFlags(CLI::App& app, Args& args);
+
+// What parsing a command line decided.
+struct CommandLineOutcome {
+  // InvalidArgument with CLI11's message, which names the flag or the unexpected argument.
+  Status status;
+  // train_gpt's exit code when it stops here: CLI11's code for an error, 0 after --help.
+  int exit_code = 0;
+  // --help (status OK): the usage text, to print on stdout before exiting 0.
+  std::string help;
+  bool stop() const { return !status.ok() || !help.empty(); }
+};
+
+// Parses `argv` into the flags `app` holds (AddTrainGptFlags). `app` keeps what it parsed for
+// app.count().
+CommandLineOutcome ParseTrainGptArgs(CLI::App& app, int argc, const char* const* argv);
 
 }  // namespace zs

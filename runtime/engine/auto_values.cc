@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,19 @@ std::optional<Json> Plain(const std::optional<T>& v) {
   return v ? std::optional<Json>(Json(*v)) : std::nullopt;
 }
 
+// The product of the program's integers; past int64 the exact value as a JSON number, which
+// the key then refuses by name ("does not fit in a 64-bit integer") instead of overflowing.
+Json ProductJson(std::initializer_list<int64_t> factors) {
+  int64_t product = 1;
+  bool overflow = false;
+  double approx = 1;
+  for (int64_t f : factors) {
+    overflow = overflow || __builtin_mul_overflow(product, f, &product);
+    approx *= double(f);
+  }
+  return overflow ? Json(approx) : Json(product);
+}
+
 const std::vector<AutoRule>& Rules() {
   static const std::vector<AutoRule> rules = {
       {"train_micro_batch_size_per_gpu", {"micro_batch"},
@@ -33,7 +48,7 @@ const std::vector<AutoRule>& Rules() {
       {"train_batch_size", {"micro_batch", {"accumulation_steps"}, "dp_world_size"},
        [](const ProgramValues& p) -> std::optional<Json> {
          if (!p.micro_batch || !p.accumulation_steps || !p.dp_world_size) return std::nullopt;
-         return Json(*p.micro_batch * *p.accumulation_steps * *p.dp_world_size);
+         return ProductJson({*p.micro_batch, *p.accumulation_steps, *p.dp_world_size});
        },
        "micro_batch x accumulation_steps x dp_world_size"},
       {"gradient_clipping", {"max_grad_norm"},
@@ -59,19 +74,20 @@ const std::vector<AutoRule>& Rules() {
       {"zero_optimization.reduce_bucket_size", {"hidden_size"},
        [](const ProgramValues& p) -> std::optional<Json> {
          if (!p.hidden_size) return std::nullopt;
-         return Json(*p.hidden_size * *p.hidden_size);
+         return ProductJson({*p.hidden_size, *p.hidden_size});
        },
        "hidden_size^2"},
       {"zero_optimization.stage3_prefetch_bucket_size", {"hidden_size"},
        [](const ProgramValues& p) -> std::optional<Json> {
          if (!p.hidden_size) return std::nullopt;
-         return Json(int64_t(0.9 * double(*p.hidden_size * *p.hidden_size)));
+         const double v = 0.9 * double(*p.hidden_size) * double(*p.hidden_size);
+         return std::fabs(v) < 9.2e18 ? Json(int64_t(v)) : Json(v);
        },
        "int(0.9 x hidden_size^2)"},
       {"zero_optimization.stage3_param_persistence_threshold", {"hidden_size"},
        [](const ProgramValues& p) -> std::optional<Json> {
          if (!p.hidden_size) return std::nullopt;
-         return Json(10 * *p.hidden_size);
+         return ProductJson({10, *p.hidden_size});
        },
        "10 x hidden_size"},
       {"fp16.enabled", {"precision"},

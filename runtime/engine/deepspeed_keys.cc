@@ -111,6 +111,23 @@ bool IsOff(const Json& value) {
 
 }  // namespace
 
+std::vector<DeepSpeedKeyInfo> DeepSpeedKeysOutsideTheTable() {
+  std::vector<DeepSpeedKeyInfo> keys;
+  for (const DeepSpeedFeature& f : kDeepSpeedFeatures) {
+    keys.push_back({f.path, f.feature != nullptr ? DeepSpeedKeyKind::kNotImplemented
+                                                 : DeepSpeedKeyKind::kNoEffect});
+  }
+  keys.push_back({"gradient_predivide_factor", DeepSpeedKeyKind::kNoEffect});
+  // The old spellings: rewritten below, and in ParseEngineConfig (bfloat16, the 16-bit save).
+  for (const char* old_spelling :
+       {"bfloat16", "zero_optimization.cpu_offload", "zero_optimization.cpu_offload_param",
+        "zero_optimization.cpu_offload_use_pin_memory",
+        "zero_optimization.stage3_gather_fp16_weights_on_model_save"}) {
+    keys.push_back({old_spelling, DeepSpeedKeyKind::kOldSpelling});
+  }
+  return keys;
+}
+
 Status ApplyDeepSpeedFeatures(Json& root) {
   for (const DeepSpeedFeature& f : kDeepSpeedFeatures) {
     std::string pointer = "/" + std::string(f.path);
@@ -191,6 +208,19 @@ Status ApplyDeepSpeedFeatures(Json& root) {
     zero->erase(it);
   }
   return OkStatus();
+}
+
+Status CheckNoNul(std::string_view text) {
+  const size_t nul = text.find('\0');
+  if (nul == std::string_view::npos) return OkStatus();
+  const std::string_view before = text.substr(0, nul);
+  const size_t line = 1 + size_t(std::count(before.begin(), before.end(), '\n'));
+  const size_t line_start = before.rfind('\n');
+  const size_t column = nul - (line_start == std::string_view::npos ? 0 : line_start + 1) + 1;
+  return InvalidArgumentError(fmt::format(
+      "a NUL byte at byte offset {} (line {}, column {}) of {} bytes; a JSON config is text "
+      "without NUL bytes (the parser would stop there and drop the rest)",
+      nul, line, column, text.size()));
 }
 
 // [Note: bounded input] A config is a few levels of objects; a text nested deeper is refused

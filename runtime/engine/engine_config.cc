@@ -378,6 +378,10 @@ const std::vector<KeyDecl>& Keys() {
     k->push_back(BoolKey("zerostack.pin_memory_fallback", ZS_FIELD(zerostack.pin_memory_fallback),
                          "offload with pin_memory where ulimit -l is too low: false, an error "
                          "naming the limit; true, pageable host memory instead, logged once"));
+    k->push_back(BoolKey("zerostack.allow_unused_units", ZS_FIELD(zerostack.allow_unused_units),
+                         "let a micro-batch leave units out (conditional computation, e.g. "
+                         "experts): their gradient of that micro-batch is zero, agreed across "
+                         "ranks; false, Step() fails naming the unit not run"));
     k->push_back(ParamGroupsKey());
     // Defaults come from a default-built config.
     const EngineConfig defaults;
@@ -586,6 +590,7 @@ StatusOr<EngineConfig> ParseEngineConfig(std::string_view json_text) {
 
 StatusOr<EngineConfig> ParseEngineConfig(std::string_view json_text, const ProgramValues& program,
                                          std::vector<AutoFill>* filled) {
+  ZS_RETURN_IF_ERROR(internal::CheckNoNul(json_text));
   ZS_RETURN_IF_ERROR(internal::CheckNesting(json_text));
   Json root;
   std::string duplicate;
@@ -707,6 +712,18 @@ std::vector<ConfigKeyInfo> EngineConfigKeys() {
   std::vector<ConfigKeyInfo> infos;
   for (const KeyDecl& key : Keys()) infos.push_back(key.info);
   return infos;
+}
+
+std::vector<DeepSpeedKeyInfo> DeepSpeedKeys() {
+  std::vector<DeepSpeedKeyInfo> keys = internal::DeepSpeedKeysOutsideTheTable();
+  for (const KeyDecl& key : Keys()) {
+    if (key.info.path.starts_with("zerostack.")) continue;  // zerostack's own
+    keys.push_back({key.info.path,
+                    key.info.ignored ? DeepSpeedKeyKind::kNoEffect : DeepSpeedKeyKind::kRead});
+  }
+  std::sort(keys.begin(), keys.end(),
+            [](const DeepSpeedKeyInfo& a, const DeepSpeedKeyInfo& b) { return a.path < b.path; });
+  return keys;
 }
 
 }  // namespace zs

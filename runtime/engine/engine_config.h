@@ -9,7 +9,8 @@
 //   value of the wrong JSON type, a value out of range, an enum value not in its list, and
 //   combinations that cannot work (fp16 and bf16 both enabled; offload at a stage that has no
 //   such shard). Nothing is silently ignored or downgraded. Malformed JSON names the line
-//   and column; a key given twice in one object is an error too.
+//   and column; a NUL byte (which would end the text early) names its byte offset; a key given
+//   twice in one object is an error too.
 // - DeepSpeed's "bfloat16" section is accepted as an alias of "bf16" (not both at once). A few
 //   DeepSpeed keys that only affect logging are accepted and have no effect (listed in
 //   EngineConfigKeys() with ignored = true and in docs/CONFIG.md).
@@ -202,6 +203,10 @@ struct ZerostackConfig {
   // pin_memory where RLIMIT_MEMLOCK is too low: false, an error naming the limit; true, pageable
   // memory instead, said once in the log (offload/pinned_buffer_pool.h, [Note: memlock]).
   bool pin_memory_fallback = false;
+  // Units a micro-batch may leave out (conditional computation, e.g. experts): false, Step()
+  // fails naming the unit; true, its gradient of that micro-batch is zero, reduced with zeros so
+  // every rank's collectives match ([Note: unused units] in zero_engine.h).
+  bool allow_unused_units = false;
   // Hyper-parameters per named parameter group (param_group_config.h); empty: one group.
   std::vector<ParamGroupConfig> param_groups;
 
@@ -283,5 +288,24 @@ struct ConfigKeyInfo {
 
 // Every accepted key, in the order of the docs (sections in declaration order).
 std::vector<ConfigKeyInfo> EngineConfigKeys();
+
+// What the parser does with a DeepSpeed key (docs/CONFIG.md's "DeepSpeed keys" table, which
+// config_docs_test keeps equal to DeepSpeedKeys()).
+enum class DeepSpeedKeyKind {
+  kRead,            // a key of the table (EngineConfigKeys(), not ignored): sets a field
+  kNoEffect,        // accepted without effect: ignored keys, monitoring sections, no-op knobs
+  kNotImplemented,  // refused as "not implemented" naming the feature, unless turned off
+  kOldSpelling,     // another spelling of a key above (bfloat16, cpu_offload, ...)
+};
+
+struct DeepSpeedKeyInfo {
+  std::string path;  // dotted; a section stands for everything in it ("tensorboard")
+  DeepSpeedKeyKind kind = DeepSpeedKeyKind::kRead;
+};
+
+// Every DeepSpeed key the parser knows: the key table's (the zerostack section excepted), those
+// accepted without effect, those refused as not implemented, and the old spellings. Sorted by
+// path, unique.
+std::vector<DeepSpeedKeyInfo> DeepSpeedKeys();
 
 }  // namespace zs

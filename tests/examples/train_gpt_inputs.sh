@@ -8,7 +8,9 @@
 # - the Hugging Face integration's "auto" template trains, printing what each "auto" became,
 #   and steps_per_print drives the progress lines when --print-every is not given;
 # - a DeepSpeed config of a feature not built is refused as not implemented, naming it;
-# - /dev/zero as the corpus is refused.
+# - /dev/zero as the corpus is refused;
+# - a --report in a missing directory is refused before training, naming the directory (it
+#   failed after all the training before, without a reason); a report is written whole.
 # usage: train_gpt_inputs.sh TRAIN_GPT CONFIG_DIR
 set -euo pipefail
 train_gpt=$1
@@ -42,4 +44,11 @@ grep -q '"auto" train_batch_size = 2 (from micro_batch x accumulation_steps x dp
 expect 2 "activation_checkpointing: not implemented" -- \
   "$train_gpt" --config "$configs/megatron_deepspeed_checkpointing.json" --steps 1
 expect 2 "'/dev/zero' is not a regular file" -- "$train_gpt" --corpus /dev/zero --steps 1
+expect 2 "--report: NOT_FOUND: $out/missing/r.json: the directory $out/missing does not exist" \
+  -- "$train_gpt" --report "$out/missing/r.json" --steps 1000000
+grep -q '^step ' "$out/log" && { cat "$out/log"; fail "--report was checked after training"; }
+expect 0 "report written to $out/r.json" -- "$train_gpt" --report "$out/r.json" --steps 2 \
+  --layers 1 --hidden 16 --heads 2 --seq 16
+[[ $(tail -n 1 "$out/r.json") == "}" ]] || fail "the report is cut short"
+ls "$out" | grep -q 'r.json.tmp' && fail "a temporary report file was left"
 echo "train_gpt_inputs: all cases behaved"

@@ -1,9 +1,14 @@
 // Keeps docs/CONFIG.md and the parser's key table (EngineConfigKeys()) in agreement: every key
 // the code accepts is documented with the code's default, and every documented key exists.
+// The same for the "DeepSpeed keys" table and DeepSpeedKeys(): every DeepSpeed key the parser
+// knows (read, accepted without effect, refused as not implemented, or an old spelling) has a
+// row saying how it compares with DeepSpeed, and every row is a key the parser knows.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -101,6 +106,109 @@ TEST(ConfigDocsTest, EveryDocumentedKeyExists) {
   for (const auto& [path, row] : ReadDocTables(ZS_CONFIG_DOC)) {
     EXPECT_TRUE(code.count(path)) << ZS_CONFIG_DOC << ":" << row.line << ": " << path
                                   << " is documented but the parser does not accept it";
+  }
+}
+
+// The rows of the table whose header is "| DeepSpeed key | vs DeepSpeed | How |".
+struct VerdictRow {
+  int line;
+  std::string verdict;
+  std::string how;
+};
+
+std::map<std::string, VerdictRow> ReadVerdictTable(const std::string& path) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << "cannot open " << path;
+  std::map<std::string, VerdictRow> rows;
+  std::string line;
+  bool in_table = false;
+  int number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    if (line.empty() || line[0] != '|') {
+      in_table = false;
+      continue;
+    }
+    std::vector<std::string> cells;
+    std::stringstream ss(line.substr(1));
+    std::string cell;
+    while (std::getline(ss, cell, '|')) cells.push_back(Trim(cell));
+    if (cells.size() >= 3 && cells[0] == "DeepSpeed key" && cells[1] == "vs DeepSpeed") {
+      in_table = true;
+      continue;
+    }
+    if (!in_table || cells.empty() || cells[0].starts_with("---")) continue;
+    const std::string key = Unquote(cells[0]);
+    EXPECT_FALSE(key.empty()) << path << ":" << number << ": key cell is not `code`: " << line;
+    EXPECT_GE(cells.size(), 3u) << path << ":" << number << ": " << line;
+    if (key.empty() || cells.size() < 3) continue;
+    EXPECT_EQ(rows.count(key), 0u) << path << ":" << number << ": " << key << " listed twice";
+    rows[key] = {number, cells[1], cells[2]};
+  }
+  return rows;
+}
+
+const char* KindName(DeepSpeedKeyKind kind) {
+  switch (kind) {
+    case DeepSpeedKeyKind::kRead: return "read";
+    case DeepSpeedKeyKind::kNoEffect: return "accepted without effect";
+    case DeepSpeedKeyKind::kNotImplemented: return "refused as not implemented";
+    case DeepSpeedKeyKind::kOldSpelling: return "an old spelling";
+  }
+  return "?";
+}
+
+TEST(ConfigDocsTest, EveryDeepSpeedKeyHasAVerdict) {
+  const std::map<std::string, VerdictRow> doc = ReadVerdictTable(ZS_CONFIG_DOC);
+  ASSERT_FALSE(doc.empty()) << "no \"DeepSpeed key | vs DeepSpeed\" table in " << ZS_CONFIG_DOC;
+  const std::vector<DeepSpeedKeyInfo> keys = DeepSpeedKeys();
+  std::set<std::string> unique;
+  for (const DeepSpeedKeyInfo& key : keys) {
+    EXPECT_TRUE(unique.insert(key.path).second) << key.path << " is listed twice by the code";
+    auto it = doc.find(key.path);
+    if (it == doc.end()) {
+      ADD_FAILURE() << key.path << " (" << KindName(key.kind) << ") has no row in the "
+                    << "\"DeepSpeed keys\" table of " << ZS_CONFIG_DOC;
+      continue;
+    }
+    const VerdictRow& row = it->second;
+    const std::string where = std::string(ZS_CONFIG_DOC) + ":" + std::to_string(row.line) +
+                              ": " + key.path + " (" + KindName(key.kind) + ")";
+    EXPECT_TRUE(row.verdict == "same" || row.verdict == "different" ||
+                row.verdict == "not implemented")
+        << where << ": the verdict is \"" << row.verdict
+        << "\"; it must be same, different or not implemented";
+    // The code refuses it exactly when the doc says not implemented.
+    EXPECT_EQ(row.verdict == "not implemented", key.kind == DeepSpeedKeyKind::kNotImplemented)
+        << where << ": the doc says \"" << row.verdict << "\"";
+    if (row.verdict != "same") {
+      EXPECT_FALSE(row.how.empty()) << where << ": \"" << row.verdict << "\" needs a How";
+    }
+  }
+}
+
+TEST(ConfigDocsTest, EveryKeyWithAVerdictIsKnownToTheParser) {
+  std::set<std::string> code;
+  for (const DeepSpeedKeyInfo& key : DeepSpeedKeys()) code.insert(key.path);
+  for (const auto& [path, row] : ReadVerdictTable(ZS_CONFIG_DOC)) {
+    EXPECT_TRUE(code.count(path)) << ZS_CONFIG_DOC << ":" << row.line << ": " << path
+                                  << " has a verdict but the parser does not know it";
+  }
+}
+
+// The accessor agrees with the parser: a key DeepSpeedKeys() calls not implemented is refused
+// with those words, and every other one is accepted in a config (with a valid value).
+TEST(ConfigDocsTest, DeepSpeedKeysSayWhatTheParserDoes) {
+  for (const DeepSpeedKeyInfo& key : DeepSpeedKeys()) {
+    if (key.kind != DeepSpeedKeyKind::kNotImplemented) continue;
+    std::string pointer = "/" + key.path;
+    std::replace(pointer.begin(), pointer.end(), '.', '/');
+    Json config = Json::object();
+    config[Json::json_pointer(pointer)] = Json{{"enabled", true}, {"x", 2}};
+    StatusOr<EngineConfig> c = ParseEngineConfig(config.dump());
+    ASSERT_FALSE(c.ok()) << key.path;
+    EXPECT_NE(c.status().message().find("not implemented"), std::string::npos)
+        << key.path << ": " << c.status().message();
   }
 }
 

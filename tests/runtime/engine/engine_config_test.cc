@@ -423,6 +423,28 @@ TEST(EngineConfigTest, AutoValueOutOfRangeNamesItsSource) {
   EXPECT_THAT(s.message(), HasSubstr("from the program's warmup_steps (--warmup-steps)"));
 }
 
+// A derivation past int64 (hidden_size^2 with hidden 2^40; found by config_fuzz_test under
+// UBSan as a signed overflow) is refused by the key, naming where the value came from.
+TEST(EngineConfigTest, AutoDerivationsThatOverflowAreErrors) {
+  ProgramValues program;
+  program.hidden_size = int64_t{1} << 40;
+  program.micro_batch = int64_t{1} << 40;
+  program.accumulation_steps = int64_t{1} << 40;
+  program.dp_world_size = 2;
+  for (const char* key : {"reduce_bucket_size", "stage3_prefetch_bucket_size"}) {
+    Status s = ParseEngineConfig(fmt::format(R"({{"zero_optimization": {{"{}": "auto"}}}})", key),
+                                 program, nullptr)
+                   .status();
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+    EXPECT_THAT(s.message(), HasSubstr("does not fit in a 64-bit integer"));
+    EXPECT_THAT(s.message(), HasSubstr(key));
+    EXPECT_THAT(s.message(), HasSubstr("hidden_size"));
+  }
+  Status s = ParseEngineConfig(R"({"train_batch_size": "auto"})", program, nullptr).status();
+  EXPECT_THAT(s.message(), HasSubstr("train_batch_size"));
+  EXPECT_THAT(s.message(), HasSubstr("does not fit in a 64-bit integer"));
+}
+
 // [Note: "auto" as the Hugging Face integration fills it]: a template in the shape of the
 // integration's ZeRO-3 example, every "auto" resolved from the program and listed.
 TEST(EngineConfigTest, AutoResolvesFromTheProgramAsTheHuggingFaceIntegration) {
@@ -637,7 +659,8 @@ EngineConfig NonDefaultConfig() {
                  .optimizer_threads = 3,
                  .optimizer_prefetch = 0,
                  .optimizer_cache_resident_bytes = 0,
-                 .pin_memory_fallback = true};
+                 .pin_memory_fallback = true,
+                 .allow_unused_units = true};
   c.zerostack.param_groups = {
       {.name = "embeddings", .lr_scale = 0.25, .betas = {{0.85, 0.95}}, .eps = 1e-6,
        .weight_decay = 0.0},
@@ -967,6 +990,24 @@ TEST(EngineConfigTest, HostileInputsAreBoundedErrors) {
   s = LoadEngineConfig(huge).status();
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("16777217 bytes"));
+}
+
+// JSON has no NUL bytes; the parser took the first one for the end of the input and dropped
+// what followed without a word (issue 27). Refused wherever it is, naming the byte offset, and
+// from a file naming the file too.
+TEST(EngineConfigTest, NulBytesAreErrorsNamingTheOffset) {
+  using namespace std::string_literals;
+  const std::string after_object = "{\"zero_optimization\": {\"stage\": 2}}\0{\"fp16\": 7}"s;
+  ExpectInvalid(after_object, {"NUL byte at byte offset 35", "line 1, column 36"});
+  ExpectInvalid("{\n  \"steps_per_print\": 1\0}"s, {"byte offset 24", "line 2, column 23"});
+  ExpectInvalid("\0"s, {"byte offset 0"});
+  ExpectInvalid("{\"optimizer\": {\"type\": \"Adam\0W\"}}"s, {"byte offset 28"});
+  TempDir dir;
+  const std::string file = dir.Write("nul.json", after_object);
+  Status s = LoadEngineConfig(file).status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_THAT(s.message(), HasSubstr(file));
+  EXPECT_THAT(s.message(), HasSubstr("NUL byte at byte offset 35"));
 }
 
 TEST(EngineConfigTest, LoadNamesThePath) {
