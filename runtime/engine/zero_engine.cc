@@ -118,10 +118,11 @@ Status ZeroEngine::Impl::Init(const ParamInit& init) {
   const int rank = dp_.rank();
   // Before any collective: every rank has the same config and model, so all fail alike.
   ZS_RETURN_IF_ERROR(CheckParamGroups());
+  ZS_RETURN_IF_ERROR(CheckFrozenUnits());
   ZS_ASSIGN_OR_RETURN(gather_comm_, dp_.Split(0, rank, dp_.group_name() + ".gather"));
   ZS_ASSIGN_OR_RETURN(reduce_comm_, dp_.Split(0, rank, dp_.group_name() + ".reduce"));
 
-  std::vector<ShardLayout> layouts;
+  std::vector<ShardLayout> layouts;  // the reducer's: a frozen unit's is empty (no bucket)
   for (size_t u = 0; u < model_.units.size(); ++u) {
     std::vector<int64_t> sizes;
     for (const ParamSpec& p : model_.units[u].params) sizes.push_back(p.numel());
@@ -130,8 +131,16 @@ Status ZeroEngine::Impl::Init(const ParamInit& init) {
       return InvalidArgumentError(
           fmt::format("unit '{}': {}", model_.units[u].name, layout.status().message()));
     }
-    layouts.push_back(*layout);
+    const bool frozen = model_.units[u].frozen();
+    if (frozen) {
+      ZS_ASSIGN_OR_RETURN(ShardLayout empty,
+                          ShardLayout::Create({}, world, config_.zerostack.alignment));
+      layouts.push_back(std::move(empty));
+    } else {
+      layouts.push_back(*layout);
+    }
     units_.emplace_back(std::move(*layout));
+    units_.back().frozen = frozen;
   }
 
   for (size_t u = 0; u < units_.size(); ++u) {
@@ -149,16 +158,18 @@ Status ZeroEngine::Impl::Init(const ParamInit& init) {
                           AllocArray(stage() == 3 ? shard : padded, ParamTier(), ParamPin(),
                                      MemoryCategory::kParameters, "parameters", unit));
     }
-    ZS_ASSIGN_OR_RETURN(s.grads,
-                        AllocArray(stage() >= 2 ? shard : padded, GradTier(), OptimizerPin(),
-                                   MemoryCategory::kGradients, "gradients", unit));
+    if (!s.frozen) {  // [Note: frozen units]: no gradient, no optimizer tiles
+      ZS_ASSIGN_OR_RETURN(s.grads,
+                          AllocArray(stage() >= 2 ? shard : padded, GradTier(), OptimizerPin(),
+                                     MemoryCategory::kGradients, "gradients", unit));
+    }
     // Padding and gaps stay zero in every buffer.
     if (s.params) std::memset(s.params.data(), 0, s.params.size());
-    std::memset(s.grads.data(), 0, s.grads.size());
+    if (s.grads) std::memset(s.grads.data(), 0, s.grads.size());
 
     // Weight decay as metadata: one segment per parameter part in the optimizer range, and
     // decay-free segments over gaps and padding.
-    {
+    if (!s.frozen) {
       int64_t at = 0;
       for (int p = 0; p < s.layout.num_params(); ++p) {
         const UnitRange part = s.layout.ParamRangeInUnit(p).Intersect(
@@ -265,23 +276,6 @@ void ZeroEngine::Impl::SetMicroBatch(int micro_batch) {
   micro_batch_ = micro_batch;
 }
 
-Status ZeroEngine::Impl::ReduceMicroBatch(int unit, MicroBatchUse& use, bool accumulate) {
-  UnitState& s = units_[size_t(unit)];
-  const std::string& name = model_.units[size_t(unit)].name;
-  Status status;
-  {
-    TraceRecorder::Span span = Traced(track_reduce_, "reduce", name);
-    status = reducer_->ReduceUnit(unit, use.grad_staging.data_as<float>(), s.grads.data(),
-                                  accumulate);
-  }
-  s.Drop(use.micro_batch);  // frees the staging
-  if (!status.ok()) {
-    return Status(status.code(), fmt::format("reducing the gradient of unit '{}': {}", name,
-                                             status.message()));
-  }
-  return OkStatus();
-}
-
 Status ZeroEngine::Impl::Begin(int unit, bool backward) {
   ZS_RETURN_IF_ERROR(CheckUnit(unit));
   UnitState& s = units_[unit];
@@ -297,7 +291,9 @@ Status ZeroEngine::Impl::Begin(int unit, bool backward) {
              "{} backward brackets are already open or done",
              name, m, use == nullptr ? 0 : use->forward_uses,
              use == nullptr ? 0 : use->backward_done + use->open_backward);
+    if (ordered_reduction()) NoteBackwardOrdered(m);
     if (!use->in_backward()) {
+      // (A frozen unit's too: the model writes its gradient somewhere; it is dropped.)
       ZS_ASSIGN_OR_RETURN(use->grad_staging,
                           Alloc(s.layout.padded_size(), DType::kF32, MemoryCategory::kCommBuffers,
                                 "gradient staging", unit));
@@ -305,6 +301,7 @@ Status ZeroEngine::Impl::Begin(int unit, bool backward) {
     }
     ++use->open_backward;
   } else {
+    if (ordered_reduction()) ZS_RETURN_IF_ERROR(NoteForwardOrdered(unit, m));
     if (use == nullptr) use = &s.in_flight.emplace_back(m);
     ZS_CHECK(!use->in_backward() || parallel_.reduce_per_step,
              "BeginForward(unit '{}', micro-batch {}) while its backward is under way", name, m);
@@ -345,10 +342,7 @@ Status ZeroEngine::Impl::End(int unit, bool backward) {
              "EndBackward(unit '{}', micro-batch {}) without BeginBackward", name, m);
     --use->open_backward;
     if (++use->backward_done == use->forward_uses && !parallel_.reduce_per_step) {
-      // The unit's gradient of this micro-batch is complete: hand it to the reducer (which
-      // adds it to the micro-batches reduced before) and free the staging.
-      status = ReduceMicroBatch(unit, *use, /*accumulate=*/s.reduced > 0);
-      ++s.reduced;
+      status = CompleteMicroBatch(unit, *use);  // the gradient of this micro-batch is complete
     }
   }
   if (--s.open > 0) return status;
@@ -444,7 +438,7 @@ StepMemoryPlan ZeroEngine::Impl::PlanStepMemory(const OptimizerHyper& hyper) con
   // it).
   static char param_out_marker = 0;
   ShardStep whole;
-  for (const UnitState& s : units_) whole.n += s.opt_size;
+  for (const UnitState& s : units_) whole.n += s.frozen ? 0 : s.opt_size;
   whole.state_dtype = state_dtype();
   whole.grad_dtype = dtype_;
   whole.param_out = &param_out_marker;
@@ -487,7 +481,7 @@ std::optional<std::array<double, 2>> ZeroEngine::Impl::ScheduledBetas(
   return schedule_->Betas(hyper.step - 1);
 }
 
-Status ZeroEngine::Impl::AllGatherUpdatedParams() {
+Status ZeroEngine::Impl::AllGatherUpdatedParams(bool frozen_too) {
   const int rank = dp_.rank();
   const size_t elem = DTypeSize(dtype_);
   struct Pending {
@@ -510,6 +504,7 @@ Status ZeroEngine::Impl::AllGatherUpdatedParams() {
   };
   for (size_t u = 0; u < units_.size(); ++u) {
     UnitState& s = units_[u];
+    if (s.frozen && !frozen_too) continue;
     const int64_t shard = s.layout.shard_size();
     const int64_t padded = s.layout.padded_size();
     while (!in_flight.empty() &&
@@ -530,14 +525,9 @@ StatusOr<std::vector<float>> ZeroEngine::Impl::GatherMasterUnit(int unit) {
   ZS_RETURN_IF_ERROR(TilesUsable());
   UnitState& s = units_[unit];
   std::vector<float> full(size_t(s.layout.padded_size()), 0.0f);
-  float* mine = full.data() + (stage() == 0 ? 0 : dp_.rank() * s.layout.shard_size());
-  for (int t : s.tiles) {
-    const OptimizerTile& tile = tiles_[size_t(t)];
-    ZS_ASSIGN_OR_RETURN(SlotView arrays, states_->Acquire(t));
-    std::copy_n(reinterpret_cast<const float*>(arrays.arrays[kMaster]), tile.size(),
-                mine + tile.begin);
-    ZS_RETURN_IF_ERROR(states_->Release(t, /*dirty=*/false));
-  }
+  std::vector<float> mine;
+  ZS_RETURN_IF_ERROR(ReadOptimizerRange(unit, mine));
+  std::copy(mine.begin(), mine.end(), full.begin() + s.opt_begin);
   if (stage() == 0) return full;
   const int64_t shard = s.layout.shard_size();
   ZS_RETURN_IF_ERROR(
@@ -709,6 +699,7 @@ GatherReport ZeroEngine::gather_report() const {
   r.reuse_hits = s.reuse_hits;
   r.trace_invalidations = s.trace_invalidations;
   r.peak_live_elements = s.peak_live_elements;
+  r.max_live_exceeded = s.max_live_exceeded;
   return r;
 }
 

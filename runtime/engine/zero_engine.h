@@ -36,6 +36,38 @@
 // - Evaluation: forward passes without backward between steps, in an evaluation bracket
 //   (BeginEvaluation / EndEvaluation, [Note: evaluation] below); outside one, every forward
 //   needs its backward before Step().
+// - [Note: frozen units] A parameter with ParamSpec::trainable false is frozen, and frozen-ness
+//   is per unit: every parameter of a unit must agree (Create: InvalidArgument naming the unit
+//   and both kinds of parameters); to freeze part of a module, give it a unit of its own. Why:
+//   a unit is one flat buffer under one ShardLayout, and a rank's gradient shard, optimizer
+//   range and parameter shard are the same elements of it. A frozen subset would need a second
+//   layout over the trainable elements, whose shards are other elements than the parameter
+//   shards, and so another collective after each step to bring updated values to their
+//   parameter owners (FSDP's flat parameters ask the same: requires_grad uniform per flat
+//   parameter). A frozen unit keeps its parameters (compute dtype, as its stage shards them,
+//   gathered per use at stage 3) and nothing else: no gradient buffer, no optimizer tiles (so no
+//   fp32 master either: its values are its compute-dtype parameters, which never change), no
+//   bucket in the reducer, no part in the gradient norm or the fp16 overflow check, no
+//   all-gather after a step. Its backward brackets still run (the model passes the gradient on
+//   through it) and Grad() gives the transient fp32 staging as a scratch buffer whose contents
+//   are dropped at the last EndBackward. Checkpoints save its owned values as "master" with no
+//   states and load them back; GatherMasterParam (the safetensors export) reads them widened.
+// - [Note: unused units] With zerostack.allow_unused_units a micro-batch may leave units out
+//   (conditional computation). Ranks must still make the same collectives in the same order
+//   and no rank knows which units the others ran, so each micro-batch's units are reduced in
+//   one agreed order, the reverse unit index (backward's usual order), not as they complete:
+//   at the micro-batch's first BeginBackward, every unit without a forward bracket in it is
+//   unused there; unit u's reduction starts once every unit above it is reduced and either its
+//   last EndBackward came (used) or at once (unused: a zero gradient, reduced as zeros, so the
+//   ranks that ran it get the mean over all ranks, zero from those that did not). A unit done
+//   before one above it holds its fp32 staging until its turn (nothing extra for a backward in
+//   reverse unit order). A forward of a unit after its zero reduction is FailedPrecondition.
+//   Each rank runs at least one backward bracket per micro-batch (one that ran nothing cannot
+//   tell the micro-batch happened). With EngineParallelism::reduce_per_step, units without a
+//   bracket in the whole step are reduced as zeros at Step(). Without the option every rank
+//   runs every unit in every micro-batch: Step() fails naming a unit not run (where ranks
+//   disagree, their collectives mismatch and time out first). Stages 0-3 reduce the same
+//   values in the same order: bit-identical.
 // - Errors: collectives and allocations return Status naming the unit and the operation; a
 //   failed collective breaks the engine's communicators (later calls fail at once). Misuse of
 //   the hooks (out-of-order brackets) is a ZS_CHECK.
@@ -117,6 +149,9 @@ struct GatherReport {  // stage 3 counters (zero for other stages)
   int64_t reuse_hits = 0;
   int64_t trace_invalidations = 0;
   int64_t peak_live_elements = 0;
+  // Gathers that held more than stage3_max_live_parameters: a soft cap ([Note: soft cap],
+  // runtime/gather/gather_coordinator.h); 0 when the run stayed within it.
+  int64_t max_live_exceeded = 0;
   // Evaluation ([Note: evaluation]): passes at every stage; the rest stage 3's counters of the
   // evaluation trace, kept apart from the training counters above.
   int64_t eval_passes = 0;

@@ -64,11 +64,16 @@ struct UnitState {
   explicit UnitState(ShardLayout l) : layout(std::move(l)) {}
 
   ShardLayout layout;
+  // [Note: frozen units] in zero_engine.h: every parameter has ParamSpec::trainable false. Then
+  // `grads` and `tiles` stay empty, the reducer's plan of the unit has no bucket, and the fp32
+  // values over the optimizer range are read from `params`.
+  bool frozen = false;
   // Stages 0-2: padded unit; stage 3: this rank's shard (compute dtype). Device memory, or host
   // memory under offload_param cpu (none under nvme: param_store_ holds it).
   TieredBuffer params;
-  // Stages 0-1: padded unit; stages 2-3: shard (compute dtype). Device memory, or host memory
-  // at stages 2-3 under offload_optimizer (the reducer's output leaves the device at once).
+  // Stages 0-1: padded unit; stages 2-3: shard (compute dtype); none when frozen. Device
+  // memory, or host memory at stages 2-3 under offload_optimizer (the reducer's output leaves
+  // the device at once).
   TieredBuffer grads;
   // The fp32 master and optimizer states over the optimizer range live in the engine's
   // ShardStore, one slot per optimizer tile ([Note: optimizer tiles]).
@@ -96,6 +101,16 @@ struct UnitState {
   void Drop(int micro_batch) {
     std::erase_if(in_flight, [&](const MicroBatchUse& u) { return u.micro_batch == micro_batch; });
   }
+};
+
+// [Note: unused units] in zero_engine.h: one micro-batch's reductions in the agreed order
+// (allow_unused_units without reduce_per_step), from its first BeginBackward until its last unit
+// is reduced. Units above next_unit are reduced; unused[u]: unit u had no forward bracket in the
+// micro-batch when its backward began, so its gradient there is zero.
+struct OrderedReduction {
+  int micro_batch = 0;
+  int next_unit = -1;
+  std::vector<bool> unused;
 };
 
 // [Note: optimizer tiles] A rank's optimizer range of a unit is stepped in tiles: the whole
@@ -177,12 +192,33 @@ class ZeroEngine::Impl {
   // reduce_per_step: hands every unit's accumulated gradient to the reducer.
   Status ReduceAccumulatedGradients();
   StatusOr<std::vector<float>> GatherMasterUnit(int unit);
-  Status AllGatherUpdatedParams();
+  // Stages 1/2: every unit's parameters from their owners; frozen units (which a step leaves
+  // unchanged) only with `frozen_too` (after a checkpoint load).
+  Status AllGatherUpdatedParams(bool frozen_too);
   // The micro-batch the next brackets belong to ([Note: micro-batches in flight]).
   void SetMicroBatch(int micro_batch);
   int bracket_micro_batch() const { return parallel_.reduce_per_step ? 0 : micro_batch_; }
-  // Hands a unit's complete gradient of one micro-batch to the reducer and drops its record.
+  // Hands a unit's complete gradient of one micro-batch to the reducer (nothing for a frozen
+  // unit) and drops its record (zero_engine_reduction.cc, as the three below).
   Status ReduceMicroBatch(int unit, MicroBatchUse& use, bool accumulate);
+  // A unit's last EndBackward of a micro-batch: reduce it now, or in the agreed order.
+  Status CompleteMicroBatch(int unit, MicroBatchUse& use);
+  // [Note: unused units]: reduces a zero gradient of `unit` (nothing for a frozen unit).
+  Status ReduceZeros(int unit, bool accumulate);
+  // [Note: unused units]: the bookkeeping at a micro-batch's brackets, and the reductions that
+  // became due, in the agreed order.
+  Status NoteForwardOrdered(int unit, int micro_batch);
+  void NoteBackwardOrdered(int micro_batch);
+  Status AdvanceOrdered(int micro_batch);
+  bool ordered_reduction() const {
+    return config_.zerostack.allow_unused_units && !parallel_.reduce_per_step;
+  }
+  // [Note: frozen units]: InvalidArgument naming a unit that mixes frozen and trainable
+  // parameters.
+  Status CheckFrozenUnits() const;
+  // The fp32 values of a unit over this rank's optimizer range (opt_size elements): the master
+  // from the optimizer tiles, or a frozen unit's parameters widened.
+  Status ReadOptimizerRange(int unit, std::vector<float>& out);
   // Lays out the optimizer tiles and creates the ShardStore and the copy pipeline.
   Status CreateOptimizerStore();
   // Writes a unit's initial master values (over its optimizer range) and initial states.
@@ -239,6 +275,7 @@ class ZeroEngine::Impl {
   std::unique_ptr<Communicator> gather_comm_;
   std::unique_ptr<Communicator> reduce_comm_;
   std::vector<UnitState> units_;
+  std::vector<OrderedReduction> ordered_;  // [Note: unused units]; by first backward
   std::vector<OptimizerTile> tiles_;
   std::unique_ptr<ShardStore> states_;
   std::unique_ptr<TileCopyPipeline> copies_;

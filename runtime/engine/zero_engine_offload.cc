@@ -109,6 +109,7 @@ Status ZeroEngine::Impl::CreateOptimizerStore() {
   int64_t largest_copy = 0;
   for (size_t u = 0; u < units_.size(); ++u) {
     UnitState& s = units_[u];
+    if (s.frozen) continue;  // [Note: frozen units]: no optimizer state
     for (int64_t begin = 0; begin < s.opt_size; begin += sub_group) {
       OptimizerTile tile;
       tile.unit = int(u);
@@ -180,6 +181,30 @@ Status ZeroEngine::Impl::InitOptimizerTiles(int unit, const std::vector<float>& 
                   reinterpret_cast<float*>(arrays.arrays[kScale0 + i]), 0, 0, i);
     }
     ZS_RETURN_IF_ERROR(states_->Release(t, /*dirty=*/true));
+  }
+  return OkStatus();
+}
+
+Status ZeroEngine::Impl::ReadOptimizerRange(int unit, std::vector<float>& out) {
+  UnitState& s = units_[size_t(unit)];
+  out.assign(size_t(s.opt_size), 0.0f);
+  if (s.frozen) {  // [Note: frozen units]: the parameters are the values
+    const size_t elem = DTypeSize(dtype_);
+    if (param_store_ != nullptr) {  // stage 3: the slot is the shard, the optimizer range
+      ZS_ASSIGN_OR_RETURN(SlotView slot, param_store_->Acquire(unit));
+      ConvertToFloat(slot.arrays[0], dtype_, out.data(), out.size());
+      return param_store_->Release(unit, /*dirty=*/false);
+    }
+    ConvertToFloat(s.params.data_as<const char>() + (s.opt_begin - s.param_base) * int64_t(elem),
+                   dtype_, out.data(), out.size());
+    return OkStatus();
+  }
+  for (int t : s.tiles) {
+    const OptimizerTile& tile = tiles_[size_t(t)];
+    ZS_ASSIGN_OR_RETURN(SlotView arrays, states_->Acquire(t));
+    std::copy_n(reinterpret_cast<const float*>(arrays.arrays[kMaster]), tile.size(),
+                out.data() + tile.begin);
+    ZS_RETURN_IF_ERROR(states_->Release(t, /*dirty=*/false));
   }
   return OkStatus();
 }

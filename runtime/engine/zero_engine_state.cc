@@ -67,8 +67,14 @@ Status ZeroEngine::VisitOwnedState(const std::function<Status(const OwnedParamSt
   for (size_t u = 0; u < m.units_.size(); ++u) {
     UnitState& s = m.units_[u];
     const int64_t n_all = s.opt_size;
-    r.master.assign(size_t(n_all), 0.0f);
-    for (int i = 0; i < num_states; ++i) {
+    // [Note: frozen units]: a frozen unit's values (its parameters), and no states.
+    const int unit_states = s.frozen ? 0 : num_states;
+    if (s.frozen) {
+      ZS_RETURN_IF_ERROR(m.ReadOptimizerRange(int(u), r.master));
+    } else {
+      r.master.assign(size_t(n_all), 0.0f);
+    }
+    for (int i = 0; i < unit_states; ++i) {
       r.codes[i].assign(size_t(n_all * cb), 0);
       r.scales[i].assign(size_t(BlocksMeeting(0, n_all)), 0.0f);
     }
@@ -107,7 +113,7 @@ Status ZeroEngine::VisitOwnedState(const std::function<Status(const OwnedParamSt
       master.data.resize(size_t(n) * sizeof(float));
       std::memcpy(master.data.data(), r.master.data() + o, master.data.size());
       st.arrays.push_back(std::move(master));
-      for (int i = 0; i < num_states; ++i) {
+      for (int i = 0; i < unit_states; ++i) {
         OwnedArray a;
         a.kind = kArrayKinds[1 + i];
         a.dtype = dtype_name;
@@ -143,6 +149,8 @@ Status ZeroEngine::LoadOwnedState(const OwnedStateSource& source,
       UnitState& s = m.units_[u];
       const UnitSpec& spec = m.model_.units[u];
       const int64_t n_all = s.opt_size;
+      // [Note: frozen units]: a frozen unit loads its values into its parameters, no states.
+      const int unit_states = s.frozen ? 0 : num_states;
       const int64_t blocks = BlocksMeeting(0, n_all);
       r.master.assign(size_t(n_all), 0.0f);
       // Padding and gaps hold the optimizer's initial states (as InitOptimizerTiles writes).
@@ -169,7 +177,7 @@ Status ZeroEngine::LoadOwnedState(const OwnedStateSource& source,
         req.param = p;
         req.begin = part.begin - where.begin;
         req.end = req.begin + n;
-        req.num_states = num_states;
+        req.num_states = unit_states;
         req.state_dtype = dtype_name;
         req.block_origin = req.begin - o % kQuantBlock;
         const std::string what = fmt::format("unit '{}' parameter '{}' [{}, {})", spec.name,
@@ -180,9 +188,9 @@ Status ZeroEngine::LoadOwnedState(const OwnedStateSource& source,
                         fmt::format("loading {}: {}", what, got.status().message()));
         }
         const OwnedParamState& st = *got;
-        if (int(st.arrays.size()) != 1 + num_states) {
+        if (int(st.arrays.size()) != 1 + unit_states) {
           return InvalidArgumentError(fmt::format("loading {}: {} arrays, the optimizer keeps {}",
-                                                  what, st.arrays.size(), 1 + num_states));
+                                                  what, st.arrays.size(), 1 + unit_states));
         }
         const OwnedArray& master = st.arrays[0];
         if (master.dtype != "f32" || int64_t(master.data.size()) != n * 4) {
@@ -191,7 +199,7 @@ Status ZeroEngine::LoadOwnedState(const OwnedStateSource& source,
                           master.data.size(), master.dtype, n * 4));
         }
         std::memcpy(r.master.data() + o, master.data.data(), master.data.size());
-        for (int i = 0; i < num_states; ++i) {
+        for (int i = 0; i < unit_states; ++i) {
           const OwnedArray& a = st.arrays[size_t(1 + i)];
           const int64_t b0 = o / kQuantBlock, b1 = (o + n - 1) / kQuantBlock + 1;
           if (a.dtype == dtype_name) {
@@ -232,7 +240,7 @@ Status ZeroEngine::LoadOwnedState(const OwnedStateSource& source,
         }
       }
       // int8 blocks whose saved blocks did not line up: encoded again, block by block.
-      for (int i = 0; type == StateDType::kInt8 && i < num_states; ++i) {
+      for (int i = 0; type == StateDType::kInt8 && i < unit_states; ++i) {
         for (int64_t b = 0; b < blocks; ++b) {
           if (!requant[i][size_t(b)]) continue;
           const int64_t at = b * kQuantBlock, n = std::min(kQuantBlock, n_all - at);
@@ -283,7 +291,9 @@ Status ZeroEngine::LoadOwnedState(const OwnedStateSource& source,
   }
   if (m.param_store_ != nullptr) ZS_RETURN_IF_ERROR(m.param_store_->Flush());
   const int stage = m.config_.zero_optimization.stage;
-  if (stage == 1 || stage == 2) ZS_RETURN_IF_ERROR(m.AllGatherUpdatedParams());
+  if (stage == 1 || stage == 2) {
+    ZS_RETURN_IF_ERROR(m.AllGatherUpdatedParams(/*frozen_too=*/true));
+  }
   if (m.gatherer_ != nullptr) ZS_RETURN_IF_ERROR(m.gatherer_->RegatherPersistent());
   m.step_ = state.step;
   m.scaler_.set_state(

@@ -26,6 +26,7 @@ double ZeroEngine::Impl::ShardSumSquares(double inv_scale) const {
   double sum_squares = 0.0;
   for (size_t u = 0; u < units_.size(); ++u) {
     const UnitState& s = units_[u];
+    if (s.frozen) continue;  // [Note: frozen units]: no gradient, no part in the norm
     const int64_t shard_begin = s.layout.ShardRangeInUnit(rank).begin.value();
     const int64_t shard_end = shard_begin + s.layout.shard_size();
     const char* g = s.grads.data_as<const char>() + (shard_begin - s.grad_base) * elem;
@@ -59,6 +60,11 @@ Status ZeroEngine::Impl::ReduceAccumulatedGradients() {
   for (int u = int(units_.size()) - 1; u >= 0; --u) {
     UnitState& s = units_[size_t(u)];
     MicroBatchUse* use = s.Find(0);  // reduce_per_step: every bracket's record
+    if (use == nullptr && s.open == 0 && config_.zerostack.allow_unused_units) {
+      s.reduced = config_.gradient_accumulation_steps;  // [Note: unused units]: not run at all
+      ZS_RETURN_IF_ERROR(ReduceZeros(u, /*accumulate=*/false));
+      continue;
+    }
     if (use == nullptr || !use->in_backward() || s.open > 0 ||
         use->backward_done != use->forward_uses) {
       return FailedPreconditionError(fmt::format(
@@ -92,11 +98,15 @@ StatusOr<double> ZeroEngine::Impl::PrepareStep() {
       for (const MicroBatchUse& use : s.in_flight) {
         uses_without_backward += use.forward_uses - use.backward_done;
       }
+      // A unit some micro-batch left out: the option that allows it.
+      const bool unused =
+          s.open == 0 && s.in_flight.empty() && !config_.zerostack.allow_unused_units;
       return FailedPreconditionError(fmt::format(
           "Step(): unit '{}' completed {} micro-batches (brackets open: {}, forward uses "
-          "without backward: {} in {} micro-batch(es)); gradient_accumulation_steps is {}",
-          model_.units[u].name, s.reduced, s.open, uses_without_backward, s.in_flight.size(),
-          ga));
+          "without backward: {} in {} micro-batch(es)); gradient_accumulation_steps is {}{}",
+          model_.units[u].name, s.reduced, s.open, uses_without_backward, s.in_flight.size(), ga,
+          unused ? "; a micro-batch that leaves units out needs zerostack.allow_unused_units"
+                 : ""));
     }
   }
   // A non-finite square anywhere makes the total non-finite on every rank (fp16 overflow).
@@ -188,7 +198,9 @@ StatusOr<StepResult> ZeroEngine::Impl::FinishStep(double total) {
   // Stages 1 and 2: every rank updated its shard of the resident parameters; gather the rest,
   // in place, unit by unit, with at most allgather_bucket_size elements in flight (at least one
   // unit) so a transport's staging stays bounded.
-  if (stage() == 1 || stage() == 2) ZS_RETURN_IF_ERROR(AllGatherUpdatedParams());
+  if (stage() == 1 || stage() == 2) {
+    ZS_RETURN_IF_ERROR(AllGatherUpdatedParams(/*frozen_too=*/false));
+  }
   if (gatherer_ != nullptr) ZS_RETURN_IF_ERROR(gatherer_->RegatherPersistent());
   if (param_store_ != nullptr) param_store_->EndPass();  // a step is one pass over the shards
   result.times.collective_seconds += seconds(gather_start);

@@ -16,6 +16,14 @@ int64_t UnitSpec::numel() const {
   return n;
 }
 
+bool UnitSpec::frozen() const {
+  if (params.empty()) return false;
+  for (const ParamSpec& p : params) {
+    if (p.trainable) return false;
+  }
+  return true;
+}
+
 int64_t ModelSpec::numel() const {
   int64_t n = 0;
   for (const UnitSpec& u : units) n += u.numel();

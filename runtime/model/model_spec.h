@@ -7,8 +7,8 @@
 //   for errors, logs and reports.
 // - A parameter's spec carries its metadata: its shape (row-major; numel is the product, a
 //   scalar has shape {}), whether weight decay applies to it, the parameter group it steps
-//   with and whether it is split over the tensor-parallel group (STYLE rule 11: never inferred
-//   from its position or name).
+//   with, whether it is split over the tensor-parallel group and whether it trains at all
+//   (STYLE rule 11: never inferred from its position or name).
 // - ParamInit fills one parameter's full fp32 values. It must depend only on (unit, param) and
 //   the model's own seed, never on the rank or the world size: every rank calls it and keeps
 //   the part it owns, so sharded and unsharded runs start from the same bits.
@@ -42,6 +42,11 @@ struct ParamSpec {
   // rank of the ep group only (summed over the ep group in the norm); false for what every ep
   // rank holds alike (a router: counted once).
   bool expert_parallel = false;
+  // false: a frozen parameter (PyTorch's requires_grad=False). Its value is used as usual but
+  // never changes; a ZeroEngine keeps no gradient, no optimizer state and no fp32 master for it
+  // and leaves it out of the gradient norm ([Note: frozen units] in runtime/engine/zero_engine.h:
+  // the engine needs every parameter of a unit to agree).
+  bool trainable = true;
   int64_t numel() const;
 };
 
@@ -49,6 +54,8 @@ struct UnitSpec {
   std::string name;  // "block.3"
   std::vector<ParamSpec> params;
   int64_t numel() const;  // sum of the parameters' numel
+  // True when the unit has parameters and none of them is trainable.
+  bool frozen() const;
 };
 
 struct ModelSpec {

@@ -22,7 +22,8 @@
 //   that precision with fp32 accumulation, as tensor cores do). Valid until the matching End.
 // - Grad(u, p) is an fp32 buffer of numel() elements to accumulate (+=) d(loss)/d(param) into,
 //   zeroed before the unit's first BeginBackward of each micro-batch. Valid until the matching
-//   EndBackward. (A ZeroEngine with EngineParallelism::reduce_per_step zeroes it once per step
+//   EndBackward. For a frozen parameter (ParamSpec::trainable false) it is scratch: what is
+//   added is dropped, so model code may skip computing it. (A ZeroEngine with EngineParallelism::reduce_per_step zeroes it once per step
 //   instead, so it may already hold earlier micro-batches' gradients: model code only ever adds
 //   to it, and anything it must reduce itself, such as a replicated parameter's partial
 //   gradient, it reduces from a buffer of its own before adding.)

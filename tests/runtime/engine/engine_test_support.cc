@@ -47,6 +47,10 @@ StatusOr<RunResult> Train(const RunSpec& spec) {
           if (auto it = spec.unit_groups.find(unit.name); it != spec.unit_groups.end()) {
             for (ParamSpec& p : unit.params) p.group = it->second;
           }
+          for (const std::string& frozen : spec.frozen_units) {
+            if (unit.name != frozen) continue;
+            for (ParamSpec& p : unit.params) p.trainable = false;
+          }
         }
         ZS_ASSIGN_OR_RETURN(auto device, CreateDevice(spec.device, tracker));
         ZS_ASSIGN_OR_RETURN(

@@ -25,6 +25,8 @@ struct RunSpec {
   int steps = 4;
   // ParamSpec::group for every parameter of these units ("layer.k" -> group name).
   std::map<std::string, std::string> unit_groups;
+  // Units whose parameters are frozen (ParamSpec::trainable = false).
+  std::vector<std::string> frozen_units;
   std::string device = "cpu";  // a CreateDevice spec ("budgeted-cpu:64K")
   // At this step (-1: none) rank 0's first input value is NaN (a diverged run's data).
   int nan_input_step = -1;

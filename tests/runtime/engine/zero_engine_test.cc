@@ -31,8 +31,16 @@ using testing_support::Train;
 using testing_support::Uniform;
 
 TEST(ZeroEngine, StagesAreBitIdenticalInFp32) {
-  for (int ga : {1, 2}) {
-    for (double clip : {0.0, 0.05}) {
+  struct Case {
+    int ga;
+    double clip;
+    bool frozen;  // [Note: frozen units]: the middle unit frozen
+  };
+  for (const Case c : {Case{1, 0.0, false}, Case{1, 0.05, false}, Case{2, 0.0, false},
+                       Case{2, 0.05, false}, Case{1, 0.0, true}, Case{2, 0.05, true}}) {
+    const int ga = c.ga;
+    const double clip = c.clip;
+    {
       std::vector<uint64_t> digests;
       for (int stage = 0; stage <= 3; ++stage) {
         RunSpec spec;
@@ -46,6 +54,7 @@ TEST(ZeroEngine, StagesAreBitIdenticalInFp32) {
         spec.config.zero_optimization.stage3_max_live_parameters = 600;
         spec.config.zero_optimization.stage3_prefetch_bucket_size = 500;
         spec.config.zero_optimization.stage3_param_persistence_threshold = 100;  // last unit
+        if (c.frozen) spec.frozen_units = {"layer.1"};
         auto r = Train(spec);
         ASSERT_TRUE(r.ok()) << r.status().ToString();
         if (clip > 0) {
@@ -55,7 +64,7 @@ TEST(ZeroEngine, StagesAreBitIdenticalInFp32) {
       }
       for (int stage = 1; stage <= 3; ++stage) {
         EXPECT_EQ(digests[stage], digests[0])
-            << "stage " << stage << " ga " << ga << " clip " << clip;
+            << "stage " << stage << " ga " << ga << " clip " << clip << " frozen " << c.frozen;
       }
     }
   }
