@@ -18,7 +18,7 @@
 // Chrome/Perfetto trace (compute, gathers, reductions, optimizer tiles, offload I/O and copies).
 // --eval-every N prints a held-out loss every N steps: --eval-batches K fixed batches of the
 // corpus' validation split (CharCorpus::val_tokens, never sampled for training), forward only
-// (ZeroEngine::BeginEvaluation; data-parallel runs only, not with the grid flags).
+// (ZeroEngine::BeginEvaluation; on a grid, one forward-only pipeline pass, GridGpt::Evaluate).
 // --save-dir DIR --save-every N writes a checkpoint (runtime/checkpoint/checkpoint.h) every N
 // steps and after the last; --resume DIR (a checkpoint or a --save-dir) continues from it.
 // --steps is the total: a run resumed at step k trains steps k .. --steps - 1, the same steps,
@@ -33,6 +33,8 @@
 
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <csignal>
+#include <cstring>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -43,12 +45,14 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <unistd.h>
+#include <dlfcn.h>
 #include <string>
 #include <vector>
 
 #include "examples/train_gpt/batch_sampler.h"
 #include "examples/train_gpt/char_corpus.h"
 #include "examples/train_gpt/train_gpt_args.h"
+#include "runtime/base/atomic_file.h"
 #include "runtime/base/trace_recorder.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/safetensors_export.h"
@@ -153,14 +157,13 @@ struct Shared {  // read-only after main() sets it up
 // --seq of 65536 died of std::bad_alloc before): zero-plan's plan of this run (runtime/plan,
 // within 3% of what the tracker measures) for the busiest rank, times the ranks on this host,
 // against the host's physical memory (CPU ranks keep every tier in it). Runs the planner does
-// not model (sequence parallelism, experts, interleaved or GPipe schedules) are not checked.
+// not model (experts) are not checked.
 Status CheckMemoryFits(const Shared& shared, const LaunchInfo& launch, int dp_size) {
   const Args& args = shared.args;
   const EngineConfig& config = shared.config;
-  if (args.sequence_parallel || args.experts > 0 || args.schedule != "1f1b" ||
-      args.virtual_stages > 1) {
-    return OkStatus();
-  }
+  if (args.experts > 0) return OkStatus();
+  StatusOr<ScheduleKind> schedule = ParseScheduleKind(args.schedule);
+  if (!schedule.ok()) return OkStatus();  // refused with its flag where the grid is built
   GptShape shape;
   shape.layers = args.layers;
   shape.hidden = args.hidden;
@@ -169,7 +172,8 @@ Status CheckMemoryFits(const Shared& shared, const LaunchInfo& launch, int dp_si
   shape.seq = args.seq;
   shape.micro_batch = config.train_micro_batch_size_per_gpu;
   PlanChoice choice;
-  choice.grid = {args.tp, args.pp, dp_size};
+  choice.grid = {args.tp, args.pp, dp_size, *schedule, args.virtual_stages,
+                 args.sequence_parallel};
   choice.stage = config.zero_optimization.stage;
   const OffloadDevice opt = config.zero_optimization.offload_optimizer.device;
   const OffloadDevice par = config.zero_optimization.offload_param.device;
@@ -264,10 +268,6 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
                                                       *device, comm, trace.get()));
   }
   ZeroEngine* engine = grid != nullptr ? &grid->engine() : dp_engine.get();
-  if (grid != nullptr && (!args.save_dir.empty() || !args.resume.empty())) {
-    return UnimplementedError("--save-dir / --resume: checkpoints are data-parallel only (no "
-                              "grid flags)");
-  }
 
   BatchSplit split;
   split.world_size = dp_size;
@@ -286,7 +286,11 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
                                     {"seq", args.seq}};
   int start_step = 0;
   if (!args.resume.empty()) {
-    ZS_ASSIGN_OR_RETURN(CheckpointManifest m, LoadCheckpoint(*engine, comm, args.resume));
+    // A grid loads a checkpoint of any grid (or of a data-parallel run) and vice versa
+    // ([Note: grid checkpoints] in runtime/checkpoint/checkpoint.h).
+    ZS_ASSIGN_OR_RETURN(CheckpointManifest m, grid != nullptr
+                                                  ? grid->LoadCheckpoint(args.resume)
+                                                  : LoadCheckpoint(*engine, comm, args.resume));
     for (const char* key : {"seed", "global_batch", "seq"}) {
       if (m.trainer.value(key, nlohmann::json()) != trainer_base[key]) {
         return InvalidArgumentError(fmt::format(
@@ -297,15 +301,16 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
     start_step = m.trainer.value("data_position", nlohmann::json{{"next_step", m.step}})
                      .value("next_step", int(m.step));
     if (lead) {
-      fmt::print("resumed from {} (step {}, saved at world {} stage {})\n", m.dir, m.step,
-                 m.world_size, m.stage);
+      fmt::print("resumed from {} (step {}, saved at world {} stage {}{})\n", m.dir, m.step,
+                 m.world_size, m.stage, m.grid.is_null() ? "" : ", grid " + m.grid.dump());
     }
   }
   auto save = [&](int next_step) -> Status {
     nlohmann::json trainer = trainer_base;
     trainer["data_position"] = {{"next_step", next_step}};
-    ZS_ASSIGN_OR_RETURN(const std::string dir, SaveCheckpoint(*engine, comm, args.save_dir,
-                                                              trainer));
+    ZS_ASSIGN_OR_RETURN(const std::string dir,
+                        grid != nullptr ? grid->SaveCheckpoint(args.save_dir, trainer)
+                                        : SaveCheckpoint(*engine, comm, args.save_dir, trainer));
     // stage3_gather_16bit_weights_on_model_save: SaveCheckpoint has also written the
     // consolidated 16-bit weights into the step directory (listed in its manifest).
     std::error_code ec;
@@ -370,15 +375,28 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
     val_sampler.emplace(std::move(*created));
   }
   auto evaluate = [&](int step) -> Status {
-    ZS_RETURN_IF_ERROR(engine->BeginEvaluation());
-    double loss = 0;
-    for (int k = 0; k < args.eval_batches; ++k) {
-      ZS_RETURN_IF_ERROR(val_sampler->FillMicroBatch(k, eval_split, rank, 0, inputs, targets));
-      ZS_ASSIGN_OR_RETURN(float l, gpt->Forward(*engine, inputs, targets, B, T));
-      loss += double(l) / args.eval_batches;
+    double mean = 0;
+    if (grid != nullptr) {
+      // One forward-only pass of the pipeline over the eval batches (GridGpt::Evaluate).
+      ZS_ASSIGN_OR_RETURN(
+          mean, grid->Evaluate(
+                    [&](int k, std::span<int32_t> tokens, std::span<int32_t> targets_out) {
+                      return val_sampler->FillMicroBatch(k, eval_split, dp_rank, 0, tokens,
+                                                         targets_out);
+                    },
+                    args.eval_batches));
+    } else {
+      ZS_RETURN_IF_ERROR(engine->BeginEvaluation());
+      double loss = 0;
+      for (int k = 0; k < args.eval_batches; ++k) {
+        ZS_RETURN_IF_ERROR(
+            val_sampler->FillMicroBatch(k, eval_split, dp_rank, 0, inputs, targets));
+        ZS_ASSIGN_OR_RETURN(float l, gpt->Forward(*engine, inputs, targets, B, T));
+        loss += double(l) / args.eval_batches;
+      }
+      ZS_RETURN_IF_ERROR(engine->EndEvaluation());
+      ZS_ASSIGN_OR_RETURN(mean, engine->AllReduceMean(loss));
     }
-    ZS_RETURN_IF_ERROR(engine->EndEvaluation());
-    ZS_ASSIGN_OR_RETURN(const double mean, engine->AllReduceMean(loss));
     eval_json.push_back({{"step", step}, {"loss", mean}});
     if (lead) {
       fmt::print("eval  {:5d}  held-out loss {:.4f}  ({} batches x {} sequences)\n", step, mean,
@@ -578,6 +596,13 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
         "reuse hits, {} trace invalidations, peak {} gathered elements\n",
         g.gathers, g.prefetch_hits, g.demand_gathers, g.reuse_hits, g.trace_invalidations,
         g.peak_live_elements);
+    if (g.max_live_exceeded > 0) {  // a soft cap (runtime/gather/gather_coordinator.h)
+      fmt::print(
+          "stage 3 gathers (rank 0): {} gathers held more than stage3_max_live_parameters {} "
+          "(peak {} gathered elements): a unit in use is larger than the cap\n",
+          g.max_live_exceeded, config.zero_optimization.stage3_max_live_parameters,
+          g.peak_live_elements);
+    }
   }
   if (losses.empty()) losses.push_back(std::nan(""));  // resumed at --steps: nothing to train
   fmt::print("loss {:.4f} -> {:.4f} in {} steps, {:.1f} s; master digest {:016x}\n", losses.front(),
@@ -638,9 +663,10 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
                          {"param_nvme_read_bytes", offload.param_nvme_read_bytes},
                          {"param_nvme_written_bytes", offload.param_nvme_written_bytes},
                          {"param_nvme_prefetch_hits", offload.param_nvme_prefetch_hits}};
-    std::ofstream out(args.report);
-    out << report.dump(2) << "\n";
-    if (!out) return IoError(fmt::format("cannot write report '{}'", args.report));
+    // [Note: atomic write] (runtime/base/atomic_file.h): a full disk leaves the old report or
+    // none, never a truncated one, and the error names the errno.
+    ZS_RETURN_IF_ERROR(WriteFileAtomically(args.report, report.dump(2) + "\n")
+                           .WithContext(fmt::format("--report {}", args.report)));
     fmt::print("report written to {}\n", args.report);
   }
   return OkStatus();
@@ -649,31 +675,97 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
 }  // namespace
 }  // namespace zs
 
+namespace {
+
+// [Note: termination signals] libfabric links libpsm_infinipath, whose libinfinipath.so.4
+// installs handlers for SIGINT, SIGTERM, SIGSEGV, SIGBUS, SIGILL and SIGABRT in its ELF
+// constructor, before main, unless IPATH_NO_BACKTRACE is set in the environment the program
+// starts with (the setenv below comes too late for it). Its handler writes a backtrace and
+// calls exit(1) from the signal handler: the run ends with code 1, and static destructors and
+// atexit handlers run while the rank threads and the communicators' workers still do, which
+// can crash (issue 27 saw a SIGSEGV that same handler reported). So train_gpt takes SIGINT and
+// SIGTERM back (unless ignored) with a handler that only writes "train_gpt: interrupted by SIG..."
+// (write(2), async-signal-safe), restores the default action and re-raises: the process ends
+// at once with 128+signal, running no destructors. libfabric's shm provider, which installs
+// its own SIGINT/SIGTERM handler later (at the endpoint's creation) to unlink its /dev/shm
+// files, chains to this one. The fatal-signal handlers that live in libinfinipath/libpsm are
+// reset to the default (a crash is a crash, with a core dump) unless the caller set
+// HFI_NO_BACKTRACE or IPATH_NO_BACKTRACE itself (then they stay as the caller configured them).
+void OnTerminationSignal(int sig) {
+  const char* text = sig == SIGINT ? "\ntrain_gpt: interrupted by SIGINT\n"
+                                   : "\ntrain_gpt: interrupted by SIGTERM\n";
+  [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, text, std::strlen(text));
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+// Whether `sa` runs a handler that lives in libinfinipath or libpsm ([Note: termination
+// signals]).
+bool IsPsmHandler(const struct sigaction& sa) {
+  const void* handler = (sa.sa_flags & SA_SIGINFO) ? reinterpret_cast<void*>(sa.sa_sigaction)
+                                                   : reinterpret_cast<void*>(sa.sa_handler);
+  if (sa.sa_handler == SIG_DFL || sa.sa_handler == SIG_IGN) return false;
+  Dl_info info{};
+  if (::dladdr(handler, &info) == 0 || info.dli_fname == nullptr) return false;
+  const std::string_view file = info.dli_fname;
+  return file.find("infinipath") != std::string_view::npos ||
+         file.find("libpsm") != std::string_view::npos;
+}
+
+void TakeBackSignals(bool reset_fatal) {
+  for (int sig : {SIGINT, SIGTERM}) {
+    struct sigaction old {};
+    if (::sigaction(sig, nullptr, &old) != 0 || old.sa_handler == SIG_IGN) continue;
+    struct sigaction sa {};
+    sa.sa_handler = OnTerminationSignal;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(sig, &sa, nullptr);
+  }
+  if (!reset_fatal) return;
+  for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGABRT, SIGFPE, SIGQUIT, SIGSYS, SIGTRAP}) {
+    struct sigaction old {};
+    if (::sigaction(sig, nullptr, &old) == 0 && IsPsmHandler(old)) ::signal(sig, SIG_DFL);
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace zs;
   // libfabric's psm2 provider loads libpsm2/libinfinipath when it probes; they install handlers
   // for fatal signals that write "<program>.<host>-<pid>,...btr" files into the working
   // directory and swallow the crash. Off unless asked for (set while one thread runs).
+  const bool backtraces_asked =
+      std::getenv("HFI_NO_BACKTRACE") != nullptr || std::getenv("IPATH_NO_BACKTRACE") != nullptr;
   ::setenv("HFI_NO_BACKTRACE", "1", /*overwrite=*/0);
   ::setenv("IPATH_NO_BACKTRACE", "1", /*overwrite=*/0);
+  TakeBackSignals(/*reset_fatal=*/!backtraces_asked);  // [Note: termination signals]
   Shared shared;
   Args& args = shared.args;
   CLI::App app{"train_gpt: a character-level GPT trained with the ZeRO engine"};
   AddTrainGptFlags(app, args);
-  CLI11_PARSE(app, argc, argv);
-
-  if (args.eval_every > 0 && args.grid()) {
-    fmt::print(stderr,
-               "train_gpt: --eval-every needs a data-parallel run; it is not supported with "
-               "--tp, --pp, --schedule, --virtual-stages, --sequence-parallel, --recompute or "
-               "--experts (GridGpt has no forward-only path yet)\n");
-    return 2;
+  if (const CommandLineOutcome parsed = ParseTrainGptArgs(app, argc, argv); parsed.stop()) {
+    if (!parsed.status.ok()) {
+      fmt::print(stderr, "{}\nRun with --help for more information.\n", parsed.status.message());
+    } else {
+      fmt::print("{}", parsed.help);
+    }
+    return parsed.exit_code;
   }
+
   RegisterBuiltinBackends();
   auto launch = DetectLaunch();
   if (!launch.ok()) {
     fmt::print(stderr, "train_gpt: {}\n", launch.status().ToString());
     return 1;
+  }
+  // The report's directory (rank 0 writes it), checked before the training whose result it
+  // holds.
+  if (!args.report.empty() && launch->rank == 0) {
+    if (Status writable = CheckWritableDirectory(args.report); !writable.ok()) {
+      fmt::print(stderr, "train_gpt: --report: {}\n", writable.ToString());
+      return 2;
+    }
   }
   const int world_size = launch->world_size > 1 ? launch->world_size : args.world;
   if (world_size % (args.tp * args.pp) != 0) {

@@ -15,6 +15,7 @@
 #include "optimizers/optimizer_spec.h"
 #include "runtime/base/dtype.h"
 #include "runtime/checkpoint/safetensors_export.h"
+#include "runtime/base/atomic_file.h"
 #include "runtime/checkpoint/shard_file.h"
 #include "runtime/comm/all_gather_scalar.h"
 
@@ -91,13 +92,11 @@ Status Publish(const fs::path& root, const fs::path& tmp, const fs::path& final_
                                std::strerror(errno)));
   }
   ZS_RETURN_IF_ERROR(SyncDirectory(root.string()));
-  const fs::path latest_tmp = root / ".latest.tmp";
-  ZS_RETURN_IF_ERROR(WriteFileDurably(latest_tmp.string(), final_dir.filename().string() + "\n"));
-  if (::rename(latest_tmp.c_str(), (root / kLatest).c_str()) != 0) {
-    return IoError(fmt::format("renaming '{}' to '{}': {}", latest_tmp.string(),
-                               (root / kLatest).string(), std::strerror(errno)));
-  }
-  return SyncDirectory(root.string());
+  // [Note: atomic write] (runtime/base/atomic_file.h): `latest` names a whole step, or the
+  // previous one.
+  ZS_RETURN_IF_ERROR(
+      WriteFileAtomically((root / kLatest).string(), final_dir.filename().string() + "\n"));
+  return OkStatus();
 }
 
 struct FileSummary {  // all-gathered as raw bytes (6 f32 slots: transports only copy them)
@@ -139,15 +138,17 @@ StatusOr<CheckpointManifest> ReadCheckpointManifest(const std::string& path) {
   try {
     const nlohmann::json j = nlohmann::json::parse(text);
     m.format_version = j.at("format_version").get<int>();
-    if (m.format_version != kCheckpointFormatVersion) {
-      return FailedPreconditionError(
-          fmt::format("'{}' has format version {}; this build reads "
-                      "version {}",
-                      file, m.format_version, kCheckpointFormatVersion));
+    if (m.format_version < kOldestCheckpointFormatVersion ||
+        m.format_version > kCheckpointFormatVersion) {
+      return FailedPreconditionError(fmt::format(
+          "'{}' has format version {}; this build reads "
+          "versions {} to {}",
+          file, m.format_version, kOldestCheckpointFormatVersion, kCheckpointFormatVersion));
     }
     m.step = j.at("step").get<int64_t>();
     m.world_size = j.at("world_size").get<int>();
     m.stage = j.at("stage").get<int>();
+    m.grid = j.value("grid", nlohmann::json());
     m.compute_dtype = j.at("compute_dtype").get<std::string>();
     m.state_dtype = j.at("state_dtype").get<std::string>();
     m.optimizer = j.at("optimizer").get<std::string>();
@@ -187,6 +188,66 @@ StatusOr<CheckpointManifest> ReadCheckpointManifest(const std::string& path) {
   return m;
 }
 
+CheckpointEngine WholeEngine(ZeroEngine& engine, Communicator& dp) {
+  CheckpointEngine e;
+  e.engine = &engine;
+  e.dp = &dp;
+  for (const UnitSpec& unit : engine.model().units) {
+    std::vector<ParamPlacement>& ps = e.placements.emplace_back();
+    for (const ParamSpec& p : unit.params) {
+      ps.push_back(ParamPlacement::Whole(unit.name + "." + p.name, p.shape));
+    }
+  }
+  return e;
+}
+
+namespace {
+
+Status CheckRank(const CheckpointRank& rank, const char* what) {
+  if (rank.world == nullptr || rank.engines.empty()) {
+    return InvalidArgumentError(fmt::format("{}: no world communicator or no engine", what));
+  }
+  for (size_t i = 0; i < rank.engines.size(); ++i) {
+    const CheckpointEngine& e = rank.engines[i];
+    if (e.engine == nullptr || e.dp == nullptr || e.dp->size() != e.engine->world_size() ||
+        e.dp->rank() != e.engine->rank()) {
+      return InvalidArgumentError(fmt::format(
+          "{}: engine {}'s communicator '{}' (rank {} of {}) is not the engine's (rank {} of {})",
+          what, i, e.dp ? e.dp->group_name() : "null", e.dp ? e.dp->rank() : -1,
+          e.dp ? e.dp->size() : 0, e.engine ? e.engine->rank() : -1,
+          e.engine ? e.engine->world_size() : 0));
+    }
+    const ModelSpec& m = e.engine->model();
+    bool ok = e.placements.size() == m.units.size() &&
+              (e.model_units.empty() || e.model_units.size() == m.units.size());
+    for (size_t u = 0; ok && u < m.units.size(); ++u) {
+      ok = e.placements[u].size() == m.units[u].params.size();
+      for (size_t p = 0; ok && p < m.units[u].params.size(); ++p) {
+        ok = e.placements[u][p].local_numel() == m.units[u].params[p].numel();
+      }
+    }
+    if (!ok) {
+      return InvalidArgumentError(fmt::format(
+          "{}: engine {}'s placements do not match its model (units, parameters or sizes)", what,
+          i));
+    }
+  }
+  return OkStatus();
+}
+
+// A plain data-parallel rank: one engine over the whole world, its own model.
+bool IsPlain(const CheckpointRank& rank) {
+  if (rank.engines.size() != 1 || rank.world != rank.engines[0].dp) return false;
+  for (const auto& unit : rank.engines[0].placements) {
+    for (const ParamPlacement& p : unit) {
+      if (!p.identity() || !p.saved) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 StatusOr<std::string> SaveCheckpoint(ZeroEngine& engine, Communicator& dp, const std::string& root,
                                      const nlohmann::json& trainer) {
   if (dp.size() != engine.world_size() || dp.rank() != engine.rank()) {
@@ -194,6 +255,17 @@ StatusOr<std::string> SaveCheckpoint(ZeroEngine& engine, Communicator& dp, const
         "SaveCheckpoint: communicator '{}' (rank {} of {}) is not the engine's (rank {} of {})",
         dp.group_name(), dp.rank(), dp.size(), engine.rank(), engine.world_size()));
   }
+  CheckpointRank rank;
+  rank.world = &dp;
+  rank.engines.push_back(WholeEngine(engine, dp));
+  return SaveCheckpoint(rank, root, trainer);
+}
+
+StatusOr<std::string> SaveCheckpoint(const CheckpointRank& rank, const std::string& root,
+                                     const nlohmann::json& trainer) {
+  ZS_RETURN_IF_ERROR(CheckRank(rank, "SaveCheckpoint"));
+  Communicator& world = *rank.world;
+  ZeroEngine& engine = *rank.engines[0].engine;
   const EngineTrainingState training = engine.training_state();
   const fs::path root_path(root);
   const fs::path final_dir = root_path / StepDirName(training.step);
@@ -202,7 +274,7 @@ StatusOr<std::string> SaveCheckpoint(ZeroEngine& engine, Communicator& dp, const
 
   // Rank 0 prepares an empty temporary directory (a killed save's is removed).
   Status prepared;
-  if (dp.rank() == 0) {
+  if (world.rank() == 0) {
     std::error_code ec;
     fs::create_directories(root_path, ec);
     if (ec) {
@@ -214,24 +286,31 @@ StatusOr<std::string> SaveCheckpoint(ZeroEngine& engine, Communicator& dp, const
       }
     }
   }
-  ZS_RETURN_IF_ERROR(Agree(dp, prepared, what));
+  ZS_RETURN_IF_ERROR(Agree(world, prepared, what));
 
-  // Every rank writes what it owns.
-  const ModelSpec& model = engine.model();
+  // Every rank writes what its engines own, each part placed in the model.
   std::vector<StoredParam> params;
-  Status written = engine.VisitOwnedState([&](const OwnedParamState& st) {
-    StoredParam p;
-    p.state = st;
-    const UnitSpec& unit = model.units[size_t(st.unit)];
-    p.name = unit.name + "." + unit.params[size_t(st.param)].name;
-    p.shape = unit.params[size_t(st.param)].shape;
-    params.push_back(std::move(p));
-    return OkStatus();
-  });
+  Status written;
+  for (const CheckpointEngine& e : rank.engines) {
+    if (!written.ok()) break;
+    written = e.engine->VisitOwnedState([&](const OwnedParamState& st) {
+      const ParamPlacement& place = e.placements[size_t(st.unit)][size_t(st.param)];
+      if (!place.saved) return OkStatus();
+      StoredParam p;
+      p.state = st;
+      if (!e.model_units.empty()) p.state.unit = e.model_units[size_t(st.unit)];
+      p.name = place.name;
+      p.unit_name = e.engine->model().units[size_t(st.unit)].name;
+      p.shape = place.layout.full_shape;
+      p.tp = PlacementTpJson(place);
+      params.push_back(std::move(p));
+      return OkStatus();
+    });
+  }
   FileSummary mine;
-  const std::string file = RankFileName(dp.rank());
+  const std::string file = RankFileName(world.rank());
   if (written.ok()) {
-    auto w = WriteShardFile((tmp / file).string(), dp.rank(), dp.size(), params);
+    auto w = WriteShardFile((tmp / file).string(), world.rank(), world.size(), params);
     if (w.ok()) {
       mine = {w->checksum, w->bytes, 1};
     } else {
@@ -239,8 +318,8 @@ StatusOr<std::string> SaveCheckpoint(ZeroEngine& engine, Communicator& dp, const
     }
   }
   params.clear();
-  std::vector<FileSummary> all(size_t(dp.size()));
-  ZS_RETURN_IF_ERROR(dp.AllGather(&mine, all.data(), sizeof(FileSummary) / 4, DType::kF32));
+  std::vector<FileSummary> all(size_t(world.size()));
+  ZS_RETURN_IF_ERROR(world.AllGather(&mine, all.data(), sizeof(FileSummary) / 4, DType::kF32));
   int64_t failed = 0;
   for (const FileSummary& s : all) failed += s.ok ? 0 : 1;
   if (!written.ok()) return written.WithContext(what);
@@ -250,18 +329,25 @@ StatusOr<std::string> SaveCheckpoint(ZeroEngine& engine, Communicator& dp, const
 
   // DeepSpeed's zero_optimization.stage3_gather_16bit_weights_on_model_save: the consolidated
   // 16-bit weights beside the shards (collective; writes nothing unless the key asks for it).
-  auto wrote16 = Save16BitWeightsOnModelSave(engine, tmp.string());
-  if (!wrote16.ok()) return wrote16.status().WithContext(what);
+  // A plain data-parallel engine only: a grid's consolidated weights are zero-ckpt's.
+  const bool plain = IsPlain(rank);
+  bool wrote16 = false;
+  if (plain) {
+    auto w16 = Save16BitWeightsOnModelSave(engine, tmp.string());
+    if (!w16.ok()) return w16.status().WithContext(what);
+    wrote16 = *w16;
+  }
 
   // Rank 0: the manifest, after every file is durable, then the renames.
   Status published;
-  if (dp.rank() == 0) {
+  if (world.rank() == 0) {
     nlohmann::json m;
     m["format"] = "zerostack-checkpoint";
     m["format_version"] = kCheckpointFormatVersion;
     m["step"] = training.step;
-    m["world_size"] = dp.size();
+    m["world_size"] = world.size();
     m["stage"] = engine.stage();
+    if (!rank.grid.is_null()) m["grid"] = rank.grid;
     m["compute_dtype"] = std::string(DTypeName(engine.compute_dtype()));
     m["state_dtype"] = std::string(
         StateDTypeName(StateDType(int(engine.config().zerostack.optimizer_state_dtype))));
@@ -273,16 +359,40 @@ StatusOr<std::string> SaveCheckpoint(ZeroEngine& engine, Communicator& dp, const
                         {"good_steps", training.loss_scale_good_steps}};
     m["config"] = nlohmann::json::parse(EngineConfigToJson(engine.config()));
     m["trainer"] = trainer;
-    m["params"] = ModelJson(model);
+    if (plain) {
+      m["params"] = ModelJson(engine.model());
+    } else {
+      // The union of the rank files' parameters, by name, in the order they first appear.
+      nlohmann::json list = nlohmann::json::array();
+      std::map<std::string, bool> seen;
+      for (int r = 0; r < world.size() && published.ok(); ++r) {
+        auto reader = ShardFileReader::Open((tmp / RankFileName(r)).string(), all[size_t(r)].bytes);
+        if (!reader.ok()) {
+          published = reader.status();
+          break;
+        }
+        for (const auto& e : reader->params()) {
+          if (seen.emplace(e.name, true).second) {
+            list.push_back({{"unit", e.unit},
+                            {"param", e.param},
+                            {"unit_name", e.unit_name},
+                            {"name", e.name},
+                            {"shape", e.shape},
+                            {"numel", e.placement.layout.full_numel()}});
+          }
+        }
+      }
+      m["params"] = std::move(list);
+    }
     nlohmann::json files = nlohmann::json::array();
-    for (int r = 0; r < dp.size(); ++r) {
+    for (int r = 0; r < world.size(); ++r) {
       files.push_back({{"name", RankFileName(r)},
                        {"rank", r},
                        {"bytes", all[size_t(r)].bytes},
                        {"checksum", ChecksumHex(all[size_t(r)].checksum)}});
     }
     m["files"] = std::move(files);
-    if (*wrote16) {
+    if (wrote16 && published.ok()) {
       auto sum = ChecksumFile((tmp / kConsolidated16BitFile).string());
       if (sum.ok()) {
         m["consolidated_16bit"] = {{"name", kConsolidated16BitFile},
@@ -294,7 +404,7 @@ StatusOr<std::string> SaveCheckpoint(ZeroEngine& engine, Communicator& dp, const
     }
     if (published.ok()) published = Publish(root_path, tmp, final_dir, m);
   }
-  ZS_RETURN_IF_ERROR(Agree(dp, published, what));
+  ZS_RETURN_IF_ERROR(Agree(world, published, what));
   return final_dir.string();
 }
 
@@ -305,32 +415,72 @@ StatusOr<CheckpointManifest> LoadCheckpoint(ZeroEngine& engine, Communicator& dp
         "LoadCheckpoint: communicator '{}' (rank {} of {}) is not the engine's (rank {} of {})",
         dp.group_name(), dp.rank(), dp.size(), engine.rank(), engine.world_size()));
   }
-  // Everything a rank can find wrong alone is agreed on before the engine's collectives.
+  CheckpointRank rank;
+  rank.world = &dp;
+  rank.engines.push_back(WholeEngine(engine, dp));
+  return LoadCheckpoint(rank, path);
+}
+
+namespace {
+
+// Element x of a saved state array as f32.
+float DecodeElement(const OwnedArray& s, int64_t x, int64_t base) {
+  float v = 0.0f;
+  if (s.dtype == "f32") {
+    std::memcpy(&v, s.data.data() + (x - base) * 4, 4);
+  } else if (s.dtype == "bf16") {
+    uint16_t h;
+    std::memcpy(&h, s.data.data() + (x - base) * 2, 2);
+    const uint32_t bits = uint32_t(h) << 16;
+    std::memcpy(&v, &bits, 4);
+  } else {
+    v = float(int8_t(s.data[size_t(x - base)])) *
+        s.scales[size_t((x - s.block_origin) / kQuantBlock)];
+  }
+  return v;
+}
+
+}  // namespace
+
+StatusOr<CheckpointManifest> LoadCheckpoint(const CheckpointRank& rank, const std::string& path) {
+  ZS_RETURN_IF_ERROR(CheckRank(rank, "LoadCheckpoint"));
+  Communicator& world = *rank.world;
+  // Everything a rank can find wrong alone is agreed on before the engines' collectives.
   std::optional<CheckpointManifest> manifest;
   std::vector<ShardFileReader> readers;
   auto open = [&]() -> Status {
     ZS_ASSIGN_OR_RETURN(CheckpointManifest m, ReadCheckpointManifest(path));
     manifest = std::move(m);
     const std::string mfile = (fs::path(manifest->dir) / kManifest).string();
-    // The model must be the one saved.
-    const nlohmann::json want = ModelJson(engine.model());
-    if (want.size() != manifest->params.size()) {
-      return InvalidArgumentError(fmt::format("'{}' holds {} parameters; the model has {}", mfile,
-                                              manifest->params.size(), want.size()));
-    }
-    for (size_t i = 0; i < want.size(); ++i) {
-      const CheckpointManifest::Param& p = manifest->params[i];
-      if (p.name != want[i]["name"].get<std::string>() ||
-          p.shape != want[i]["shape"].get<std::vector<int64_t>>() ||
-          p.unit != want[i]["unit"].get<int>() || p.param != want[i]["param"].get<int>()) {
-        return InvalidArgumentError(
-            fmt::format("'{}': parameter {} is '{}' of shape {}; the model's is '{}' of shape {}",
-                        mfile, i, p.name, nlohmann::json(p.shape).dump(),
-                        want[i]["name"].get<std::string>(), want[i]["shape"].dump()));
+    // The model must be the one saved: every parameter by name and full shape.
+    std::map<std::string, const CheckpointManifest::Param*> saved;
+    for (const auto& p : manifest->params) saved[p.name] = &p;
+    size_t mine = 0;
+    for (const CheckpointEngine& e : rank.engines) {
+      for (const auto& unit : e.placements) {
+        for (const ParamPlacement& p : unit) {
+          ++mine;
+          auto it = saved.find(p.name);
+          if (it == saved.end()) {
+            return InvalidArgumentError(
+                fmt::format("'{}' has no parameter '{}' (of shape {}): another model?", mfile,
+                            p.name, nlohmann::json(p.layout.full_shape).dump()));
+          }
+          if (it->second->shape != p.layout.full_shape) {
+            return InvalidArgumentError(
+                fmt::format("'{}': parameter '{}' was saved with shape {}; the model's is {}",
+                            mfile, p.name, nlohmann::json(it->second->shape).dump(),
+                            nlohmann::json(p.layout.full_shape).dump()));
+          }
+        }
       }
     }
+    if (IsPlain(rank) && mine != manifest->params.size()) {
+      return InvalidArgumentError(fmt::format("'{}' holds {} parameters; the model has {}", mfile,
+                                              manifest->params.size(), mine));
+    }
     // This rank's share of the whole-file checksums.
-    for (size_t f = size_t(dp.rank()); f < manifest->files.size(); f += size_t(dp.size())) {
+    for (size_t f = size_t(world.rank()); f < manifest->files.size(); f += size_t(world.size())) {
       const CheckpointManifest::File& file = manifest->files[f];
       const std::string p = (fs::path(manifest->dir) / file.name).string();
       ZS_ASSIGN_OR_RETURN(WrittenFile sum, ChecksumFile(p));
@@ -355,153 +505,130 @@ StatusOr<CheckpointManifest> LoadCheckpoint(ZeroEngine& engine, Communicator& dp
     }
     return OkStatus();
   };
-  ZS_RETURN_IF_ERROR(Agree(dp, open(), fmt::format("loading checkpoint '{}'", path)));
+  ZS_RETURN_IF_ERROR(Agree(world, open(), fmt::format("loading checkpoint '{}'", path)));
 
-  // (unit, param) -> the saved parts, by begin.
-  struct Piece {
-    const ShardFileReader* file;
-    const ShardFileReader::ParamEntry* entry;
+  // Parameter name -> the saved pieces (param_placement.h) and where each is stored.
+  struct Stored {
+    std::vector<SavedPiece> pieces;
+    std::vector<std::pair<const ShardFileReader*, const ShardFileReader::ParamEntry*>> at;
   };
-  std::map<std::pair<int, int>, std::vector<Piece>> index;
+  std::map<std::string, Stored> index;
   for (const ShardFileReader& r : readers) {
-    for (const auto& e : r.params()) index[{e.unit, e.param}].push_back({&r, &e});
-  }
-  for (auto& [key, pieces] : index) {
-    std::sort(pieces.begin(), pieces.end(),
-              [](const Piece& a, const Piece& b) { return a.entry->begin < b.entry->begin; });
+    for (const auto& e : r.params()) {
+      Stored& s = index[e.name];
+      s.pieces.push_back({e.placement, e.begin, e.end});
+      s.at.push_back({&r, &e});
+    }
   }
   const std::string dir = manifest->dir;
 
-  OwnedStateSource source = [&](const OwnedStateRequest& req) -> StatusOr<OwnedParamState> {
-    const int64_t n = req.end - req.begin;
-    const auto& pieces = index[{req.unit, req.param}];
-    // The saved parts meeting [begin, end), with their arrays read and checked.
-    struct Loaded {
-      const Piece* piece;
-      std::vector<OwnedArray> arrays;  // master, state0, state1 as the request names them
-    };
-    std::vector<Loaded> loaded;
-    int64_t at = req.begin;
-    for (const Piece& piece : pieces) {
-      const auto& e = *piece.entry;
-      if (e.end <= req.begin || e.begin >= req.end) continue;
-      if (e.begin > at) break;
-      Loaded l{&piece, {}};
-      for (int k = 0; k <= req.num_states; ++k) {
-        const std::string kind = k == 0 ? "master" : fmt::format("state{}", k - 1);
-        auto it = std::find_if(e.arrays.begin(), e.arrays.end(),
-                               [&](const auto& a) { return a.kind == kind; });
-        if (it == e.arrays.end()) {
-          return InvalidArgumentError(fmt::format(
-              "checkpoint file '{}' has no array '{}' for parameter '{}' (saved with another "
-              "optimizer?)",
-              piece.file->path(), kind, e.name));
+  for (const CheckpointEngine& engine : rank.engines) {
+    OwnedStateSource source = [&](const OwnedStateRequest& req) -> StatusOr<OwnedParamState> {
+      const int64_t n = req.end - req.begin;
+      const ParamPlacement& want = engine.placements[size_t(req.unit)][size_t(req.param)];
+      const Stored& stored = index[want.name];
+      auto planned = PlanCopy(want, req.begin, req.end, stored.pieces);
+      if (!planned.ok()) {
+        return planned.status().WithContext(fmt::format("checkpoint '{}'", dir));
+      }
+      const std::vector<CopyRun>& plan = *planned;
+      // The pieces the plan reads, with their arrays read and checked: master, state0, ...
+      std::map<int, std::vector<OwnedArray>> loaded;
+      for (const CopyRun& run : plan) {
+        if (run.piece < 0 || loaded.count(run.piece)) continue;
+        const auto& [file, e] = stored.at[size_t(run.piece)];
+        std::vector<OwnedArray>& arrays = loaded[run.piece];
+        for (int k = 0; k <= req.num_states; ++k) {
+          const std::string kind = k == 0 ? "master" : fmt::format("state{}", k - 1);
+          auto it = std::find_if(e->arrays.begin(), e->arrays.end(),
+                                 [&](const auto& a) { return a.kind == kind; });
+          if (it == e->arrays.end()) {
+            return InvalidArgumentError(fmt::format(
+                "checkpoint file '{}' has no array '{}' for parameter '{}' (saved with another "
+                "optimizer?)",
+                file->path(), kind, e->name));
+          }
+          OwnedArray a;
+          ZS_RETURN_IF_ERROR(file->ReadArray(*e, *it, a));
+          arrays.push_back(std::move(a));
+        }
+      }
+      OwnedParamState out;
+      out.unit = req.unit;
+      out.param = req.param;
+      out.begin = req.begin;
+      out.end = req.end;
+      // Each run's bytes at `bytes` per element (padding runs stay zero).
+      auto copy = [&](int k, int64_t bytes, std::vector<uint8_t>& dst) {
+        for (const CopyRun& run : plan) {
+          if (run.piece < 0) continue;
+          const OwnedArray& s = loaded[run.piece][size_t(k)];
+          std::memcpy(dst.data() + run.dst * bytes, s.data.data() + run.src * bytes,
+                      size_t(run.count * bytes));
+        }
+      };
+      OwnedArray master;
+      master.kind = "master";
+      master.dtype = "f32";
+      master.data.assign(size_t(n) * 4, 0);
+      copy(0, 4, master.data);
+      out.arrays.push_back(std::move(master));
+      const bool same_frame = PlanIsIdentity(want, req.begin, stored.pieces, plan);
+      for (int i = 0; i < req.num_states; ++i) {
+        bool exact = same_frame;
+        for (const auto& [piece, arrays] : loaded) {
+          const OwnedArray& a = arrays[size_t(1 + i)];
+          if (a.dtype != req.state_dtype) exact = false;
+          if (a.dtype == "int8" &&
+              ((a.block_origin - req.block_origin) % kQuantBlock + kQuantBlock) % kQuantBlock !=
+                  0) {
+            exact = false;
+          }
         }
         OwnedArray a;
-        ZS_RETURN_IF_ERROR(piece.file->ReadArray(e, *it, a));
-        l.arrays.push_back(std::move(a));
-      }
-      at = std::max(at, e.end);
-      loaded.push_back(std::move(l));
-    }
-    if (at < req.end) {
-      return IoError(
-          fmt::format("checkpoint '{}': elements [{}, {}) of unit {} parameter {} are "
-                      "in no rank file",
-                      dir, at, req.end, req.unit, req.param));
-    }
-    OwnedParamState out;
-    out.unit = req.unit;
-    out.param = req.param;
-    out.begin = req.begin;
-    out.end = req.end;
-    // Each element of [begin, end) from the first piece holding it.
-    auto for_each_slice = [&](auto&& fn) {
-      int64_t pos = req.begin;
-      for (const Loaded& l : loaded) {
-        const int64_t b = std::max(pos, l.piece->entry->begin);
-        const int64_t e = std::min(req.end, l.piece->entry->end);
-        if (b >= e) continue;
-        fn(l, b, e);  // elements [b, e) of the parameter
-        pos = e;
-      }
-    };
-    OwnedArray master;
-    master.kind = "master";
-    master.dtype = "f32";
-    master.data.resize(size_t(n) * 4);
-    for_each_slice([&](const Loaded& l, int64_t b, int64_t e) {
-      std::memcpy(master.data.data() + (b - req.begin) * 4,
-                  l.arrays[0].data.data() + (b - l.piece->entry->begin) * 4, size_t(e - b) * 4);
-    });
-    out.arrays.push_back(std::move(master));
-    for (int i = 0; i < req.num_states; ++i) {
-      const std::string kind = fmt::format("state{}", i);
-      bool exact = true;
-      for (const Loaded& l : loaded) {
-        const OwnedArray& a = l.arrays[size_t(1 + i)];
-        if (a.dtype != req.state_dtype) exact = false;
-        if (a.dtype == "int8" &&
-            ((a.block_origin - req.block_origin) % kQuantBlock + kQuantBlock) % kQuantBlock != 0) {
-          exact = false;
-        }
-      }
-      OwnedArray a;
-      a.kind = kind;
-      if (exact) {
-        const int64_t cb = req.state_dtype == "f32" ? 4 : req.state_dtype == "bf16" ? 2 : 1;
-        a.dtype = req.state_dtype;
-        a.data.resize(size_t(n * cb));
-        for_each_slice([&](const Loaded& l, int64_t b, int64_t e) {
-          std::memcpy(a.data.data() + (b - req.begin) * cb,
-                      l.arrays[size_t(1 + i)].data.data() + (b - l.piece->entry->begin) * cb,
-                      size_t((e - b) * cb));
-        });
-        if (req.state_dtype == "int8") {
-          a.block_origin = req.block_origin;
-          const int64_t blocks = (req.end - 1 - req.block_origin) / kQuantBlock + 1;
-          a.scales.assign(size_t(blocks), 0.0f);
-          for_each_slice([&](const Loaded& l, int64_t b, int64_t e) {
-            const OwnedArray& s = l.arrays[size_t(1 + i)];
-            for (int64_t x = b; x < e;) {
-              const int64_t j = (x - req.block_origin) / kQuantBlock;
-              const int64_t saved = (x - s.block_origin) / kQuantBlock;
-              if (saved >= 0 && saved < int64_t(s.scales.size())) {
-                a.scales[size_t(j)] = s.scales[size_t(saved)];
+        a.kind = fmt::format("state{}", i);
+        if (exact) {
+          const int64_t cb = req.state_dtype == "f32" ? 4 : req.state_dtype == "bf16" ? 2 : 1;
+          a.dtype = req.state_dtype;
+          a.data.assign(size_t(n * cb), 0);
+          copy(1 + i, cb, a.data);
+          if (req.state_dtype == "int8") {
+            // Same frame: run element x of the request is element x of the piece.
+            a.block_origin = req.block_origin;
+            const int64_t blocks = (req.end - 1 - req.block_origin) / kQuantBlock + 1;
+            a.scales.assign(size_t(blocks), 0.0f);
+            for (const CopyRun& run : plan) {
+              const OwnedArray& s = loaded[run.piece][size_t(1 + i)];
+              const int64_t e = req.begin + run.dst + run.count;
+              for (int64_t x = req.begin + run.dst; x < e;) {
+                const int64_t j = (x - req.block_origin) / kQuantBlock;
+                const int64_t saved = (x - s.block_origin) / kQuantBlock;
+                if (saved >= 0 && saved < int64_t(s.scales.size())) {
+                  a.scales[size_t(j)] = s.scales[size_t(saved)];
+                }
+                x = req.block_origin + (j + 1) * kQuantBlock;
               }
-              x = req.block_origin + (j + 1) * kQuantBlock;
             }
-          });
-        }
-      } else {  // decoded to f32; the engine encodes them
-        a.dtype = "f32";
-        a.data.resize(size_t(n) * 4);
-        float* dst = reinterpret_cast<float*>(a.data.data());
-        for_each_slice([&](const Loaded& l, int64_t b, int64_t e) {
-          const OwnedArray& s = l.arrays[size_t(1 + i)];
-          const int64_t base = l.piece->entry->begin;
-          for (int64_t x = b; x < e; ++x) {
-            float v = 0.0f;
-            if (s.dtype == "f32") {
-              std::memcpy(&v, s.data.data() + (x - base) * 4, 4);
-            } else if (s.dtype == "bf16") {
-              uint16_t h;
-              std::memcpy(&h, s.data.data() + (x - base) * 2, 2);
-              const uint32_t bits = uint32_t(h) << 16;
-              std::memcpy(&v, &bits, 4);
-            } else {
-              v = float(int8_t(s.data[size_t(x - base)])) *
-                  s.scales[size_t((x - s.block_origin) / kQuantBlock)];
-            }
-            dst[x - req.begin] = v;
           }
-        });
+        } else {  // values as f32 (padding zero); the engine encodes them
+          a.dtype = "f32";
+          a.data.assign(size_t(n) * 4, 0);
+          float* dst = reinterpret_cast<float*>(a.data.data());
+          for (const CopyRun& run : plan) {
+            if (run.piece < 0) continue;
+            const OwnedArray& s = loaded[run.piece][size_t(1 + i)];
+            const int64_t base = stored.pieces[size_t(run.piece)].begin;
+            for (int64_t j = 0; j < run.count; ++j) {
+              dst[run.dst + j] = DecodeElement(s, base + run.src + j, base);
+            }
+          }
+        }
+        out.arrays.push_back(std::move(a));
       }
-      out.arrays.push_back(std::move(a));
-    }
-    return out;
-  };
-  ZS_RETURN_IF_ERROR(engine.LoadOwnedState(source, manifest->training));
+      return out;
+    };
+    ZS_RETURN_IF_ERROR(engine.engine->LoadOwnedState(source, manifest->training));
+  }
   return std::move(*manifest);
 }
 

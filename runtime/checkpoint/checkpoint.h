@@ -27,12 +27,26 @@
 //   fp32 and bf16 states load exactly at any world size and stage; int8 states exactly where
 //   the saved block grid lines up with the engine's (same world size and stage always; see
 //   [Note: int8 blocks in checkpoints] in zero_engine.h), otherwise decoded and re-encoded.
-//   The model must match (unit and parameter names and shapes), else InvalidArgument naming the
-//   parameter. A missing, truncated or corrupt file is an error naming the file (and the
-//   parameter and array where one is at fault).
+//   The model must match (every parameter by name and full shape, and for a plain engine the
+//   parameter count), else InvalidArgument naming the parameter. A missing, truncated or corrupt
+//   file is an error naming the file (and the parameter and array where one is at fault).
 // - Both are collective over `dp` (the communicator the engine was created with); every rank
 //   gets the same outcome (a failing rank's error reaches the others). ROOT must be on a file
 //   system every rank sees. They block the calling thread; one thread per rank.
+// - [Note: grid checkpoints] The same format serves a tp x pp x dp grid (GridGpt, and any
+//   caller with several engines per rank): SaveCheckpoint(CheckpointRank) takes a rank's
+//   engines, each with its dp communicator and every parameter's ParamPlacement (its model
+//   name, full shape and tp slice: param_placement.h); rank r of `world` writes rank-r's file
+//   with what its engines own, in the local frame of its tp slice plus the slice's layout
+//   (parameters replicated over tp only from tp rank 0). The manifest adds "grid" (the caller's
+//   description: tp, pp, dp, ep, ...) and lists the union of the saved parameters by name.
+//   LoadCheckpoint(CheckpointRank) fills every engine's optimizer range from whichever pieces
+//   hold its full-space elements (PlanCopy), at any tp, pp, dp and stage: parameters match by
+//   name and full shape; padded vocabulary rows (not in the full tensor) load as zeros, as
+//   TpGpt's Init gives them. The bits are restored exactly where a range's local frame and
+//   dtype are the saved ones (same tp slice), else the values (f32, decoded bf16/int8 states).
+//   A data-parallel checkpoint is the special case of one engine with Whole placements, so
+//   the two load into each other. Collectives run over `world` and then each engine's dp.
 // - Costs: a save holds the rank's owned state in host memory while it writes its file; a load
 //   reads every rank file's header on every rank and, per parameter part, the saved arrays
 //   that overlap it.
@@ -44,6 +58,7 @@
 #include <vector>
 
 #include "runtime/base/status.h"
+#include "runtime/checkpoint/param_placement.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/engine/zero_engine.h"
 
@@ -64,8 +79,9 @@ struct CheckpointManifest {
   };
   int format_version = 0;
   int64_t step = 0;
-  int world_size = 0;
+  int world_size = 0;  // rank files (the whole job's ranks)
   int stage = 0;
+  nlohmann::json grid;  // grid checkpoints: the saver's description; null for data-parallel
   std::string compute_dtype, state_dtype, optimizer;
   EngineTrainingState training;
   nlohmann::json config;   // the engine config at save
@@ -79,6 +95,32 @@ struct CheckpointManifest {
 StatusOr<std::string> ResolveCheckpointDir(const std::string& path);
 // Reads and checks manifest.json of PATH (resolved as above).
 StatusOr<CheckpointManifest> ReadCheckpointManifest(const std::string& path);
+
+// One engine of a rank: the engine, the communicator it was created with, the model unit
+// index of each of its units (empty: its own model's) and each parameter's placement,
+// [unit][param] as the engine's ModelSpec.
+struct CheckpointEngine {
+  ZeroEngine* engine = nullptr;
+  Communicator* dp = nullptr;
+  std::vector<int> model_units;
+  std::vector<std::vector<ParamPlacement>> placements;
+};
+// The engine as a whole model: Whole placements named "<unit>.<param>".
+CheckpointEngine WholeEngine(ZeroEngine& engine, Communicator& dp);
+
+// What one rank of a job checkpoints ([Note: grid checkpoints]). The first engine gives the
+// step, the loss scaler, the config and the dtypes; every engine loads the same training state.
+struct CheckpointRank {
+  Communicator* world = nullptr;  // every rank of the job; its rank r writes rank r's file
+  std::vector<CheckpointEngine> engines;
+  nlohmann::json grid;  // recorded as the manifest's "grid" (null: none)
+};
+
+// Collective over rank.world, then each engine's dp. Returns the step directory written.
+StatusOr<std::string> SaveCheckpoint(const CheckpointRank& rank, const std::string& root,
+                                     const nlohmann::json& trainer = nlohmann::json::object());
+// Collective over rank.world, then each engine's dp (in the engines' order).
+StatusOr<CheckpointManifest> LoadCheckpoint(const CheckpointRank& rank, const std::string& path);
 
 // Collective. Returns the step directory written.
 StatusOr<std::string> SaveCheckpoint(ZeroEngine& engine, Communicator& dp, const std::string& root,

@@ -13,6 +13,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "runtime/base/atomic_file.h"
+
 namespace zs {
 namespace {
 
@@ -39,14 +41,7 @@ uint64_t GetU64(const unsigned char* in) {
 Status FsyncDirectoryOf(const std::string& path) {
   std::filesystem::path dir = std::filesystem::path(path).parent_path();
   if (dir.empty()) dir = ".";
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0)
-    return IoError(fmt::format("opening directory {} to fsync: {}", dir.string(), Errno()));
-  const int rc = ::fsync(fd);
-  const std::string why = rc != 0 ? Errno() : "";
-  ::close(fd);
-  if (rc != 0) return IoError(fmt::format("fsync of directory {}: {}", dir.string(), why));
-  return OkStatus();
+  return SyncDirectory(dir.string());
 }
 
 }  // namespace

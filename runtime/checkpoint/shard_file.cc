@@ -86,13 +86,12 @@ StatusOr<WrittenFile> WriteShardFile(const std::string& path, int rank, int worl
       }
       arrays.push_back(std::move(ja));
     }
-    list.push_back({{"unit", p.state.unit},
-                    {"param", p.state.param},
-                    {"name", p.name},
-                    {"shape", p.shape},
-                    {"begin", p.state.begin},
-                    {"end", p.state.end},
-                    {"arrays", std::move(arrays)}});
+    nlohmann::json entry{{"unit", p.state.unit}, {"param", p.state.param},
+                         {"name", p.name},       {"unit_name", p.unit_name},
+                         {"shape", p.shape},     {"begin", p.state.begin},
+                         {"end", p.state.end},   {"arrays", std::move(arrays)}};
+    if (!p.tp.is_null()) entry["tp"] = p.tp;
+    list.push_back(std::move(entry));
   }
   header["params"] = std::move(list);
   const std::string text = header.dump();
@@ -159,10 +158,11 @@ StatusOr<ShardFileReader> ShardFileReader::Open(const std::string& path, int64_t
   r.data_start_ = 16 + int64_t(length);
   try {
     const nlohmann::json h = nlohmann::json::parse(text);
-    if (h.at("format_version").get<int>() != kCheckpointFormatVersion) {
-      return FailedPreconditionError(
-          fmt::format("checkpoint file '{}' has format version {}; this build reads version {}",
-                      path, h.at("format_version").dump(), kCheckpointFormatVersion));
+    const int version = h.at("format_version").get<int>();
+    if (version < kOldestCheckpointFormatVersion || version > kCheckpointFormatVersion) {
+      return FailedPreconditionError(fmt::format(
+          "checkpoint file '{}' has format version {}; this build reads versions {} to {}", path,
+          version, kOldestCheckpointFormatVersion, kCheckpointFormatVersion));
     }
     r.rank_ = h.at("rank").get<int>();
     r.world_size_ = h.at("world_size").get<int>();
@@ -171,9 +171,20 @@ StatusOr<ShardFileReader> ShardFileReader::Open(const std::string& path, int64_t
       p.unit = jp.at("unit").get<int>();
       p.param = jp.at("param").get<int>();
       p.name = jp.at("name").get<std::string>();
+      p.unit_name = jp.value("unit_name", std::string());
       p.shape = jp.at("shape").get<std::vector<int64_t>>();
       p.begin = jp.at("begin").get<int64_t>();
       p.end = jp.at("end").get<int64_t>();
+      auto placement = PlacementFromJson(p.name, p.shape, jp.value("tp", nlohmann::json()));
+      if (!placement.ok()) {
+        return IoError(fmt::format("checkpoint file '{}': {}", path, placement.status().message()));
+      }
+      p.placement = *std::move(placement);
+      if (p.begin < 0 || p.begin > p.end || p.end > p.placement.local_numel()) {
+        return IoError(fmt::format(
+            "checkpoint file '{}': parameter '{}' holds [{}, {}) of {} elements (corrupt)", path,
+            p.name, p.begin, p.end, p.placement.local_numel()));
+      }
       for (const auto& ja : jp.at("arrays")) {
         ArrayEntry a;
         a.kind = ja.at("kind").get<std::string>();
@@ -287,24 +298,6 @@ StatusOr<WrittenFile> ChecksumFile(const std::string& path) {
     out.bytes += n;
   }
   return out;
-}
-
-Status WriteFileDurably(const std::string& path, const std::string& text) {
-  Fd fd{::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
-  if (fd.fd < 0) return Errno("creating", path);
-  ZS_RETURN_IF_ERROR(WriteAll(fd.fd, text.data(), text.size(), path));
-  if (::fsync(fd.fd) != 0) return Errno("fsync of", path);
-  const int fdv = fd.fd;
-  fd.fd = -1;
-  if (::close(fdv) != 0) return Errno("closing", path);
-  return OkStatus();
-}
-
-Status SyncDirectory(const std::string& dir) {
-  Fd fd{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
-  if (fd.fd < 0) return Errno("opening directory", dir);
-  if (::fsync(fd.fd) != 0) return Errno("fsync of directory", dir);
-  return OkStatus();
 }
 
 StatusOr<std::string> ReadWholeFile(const std::string& path) {

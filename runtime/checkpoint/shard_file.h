@@ -4,18 +4,25 @@
 // Contract
 // - [Note: rank file format] "rank-RRRRR.zsd": the 8 bytes "ZSCKPT1\n", a little-endian uint64
 //   header length H, H bytes of JSON header, then the arrays' bytes. The header:
-//     {"format_version": 1, "rank": r, "world_size": W, "params": [
-//       {"unit": u, "param": p, "name": "<unit>.<param>", "shape": [..], "begin": b, "end": e,
+//     {"format_version": 2, "rank": r, "world_size": W, "params": [
+//       {"unit": u, "param": p, "name": "<unit>.<param>", "unit_name": "<unit>", "shape": [..],
+//        "begin": b, "end": e,
+//        ("tp": {"kind": "rows"|"columns", "blocks": k, "padded_rows": n, "rank": t,
+//                "size": T}, only for a tensor-parallel slice: param_placement.h),
 //        "arrays": [{"kind": "master"|"state0"|"state1", "dtype": "f32"|"bf16"|"int8",
 //                    "offset": o, "bytes": n, "checksum": "<fnv1a64 hex>",
 //                    ("block_origin": k, "scales_offset": o2, "scales_count": c,
 //                     "scales_checksum": "<hex>" for int8)}]}]}
-//   Offsets count from the first byte after the header. Elements [b, e) of the parameter (its
-//   flattened, unpadded index), as zero_engine.h's OwnedArray describes them.
+//   Offsets count from the first byte after the header. "shape" is the full (model) shape;
+//   elements [b, e) are in the saver's local frame ([Note: placement frames]): the full
+//   parameter's flattened, unpadded index without "tp", else the index in tp rank t's slice.
+//   "unit" and "param" index the saving engine's model (informational; loads match names).
+//   Version 1 files (data-parallel only, never a "tp") are read as they are.
 // - Every read checks what it reads: the magic, the header's JSON, offsets inside the file, and
 //   each array's checksum. Errors name the file (and the parameter and array where there is
 //   one); nothing here exits or asserts on I/O.
-// - Durability: WriteFileDurably writes and fsyncs a file; SyncDirectory fsyncs a directory.
+// - Durability: the rank file is fsynced when written; the manifest and `latest` go through
+//   runtime/base/atomic_file.h (WriteFileDurably, SyncDirectory, WriteFileAtomically).
 // - Plain functions and values; a ShardFileReader is used by one thread at a time.
 #pragma once
 
@@ -25,11 +32,13 @@
 #include <vector>
 
 #include "runtime/base/status.h"
+#include "runtime/checkpoint/param_placement.h"
 #include "runtime/engine/zero_engine.h"
 
 namespace zs {
 
-inline constexpr int kCheckpointFormatVersion = 1;
+inline constexpr int kCheckpointFormatVersion = 2;
+inline constexpr int kOldestCheckpointFormatVersion = 1;  // still read
 
 // FNV-1a 64 of `bytes`, continuing from `h` (start with kFnvOffset).
 inline constexpr uint64_t kFnvOffset = 14695981039346656037ull;
@@ -41,9 +50,11 @@ std::string RankFileName(int rank);
 
 // One owned parameter part as stored: where it is in the model and what it holds.
 struct StoredParam {
-  OwnedParamState state;  // arrays filled by WriteShardFile's caller / ShardFileReader::Read
-  std::string name;       // "<unit name>.<param name>"
-  std::vector<int64_t> shape;
+  OwnedParamState state;       // arrays filled by WriteShardFile's caller / ShardFileReader::Read
+  std::string name;            // "<unit name>.<param name>"
+  std::string unit_name;       // (written from version 2 on)
+  std::vector<int64_t> shape;  // the full (model) shape
+  nlohmann::json tp;           // PlacementTpJson: null for the full parameter's own frame
 };
 
 // Writes `params` as rank `rank`'s file at `path` and fsyncs it. Returns the whole file's
@@ -67,9 +78,10 @@ class ShardFileReader {
   };
   struct ParamEntry {
     int unit = 0, param = 0;
-    std::string name;
+    std::string name, unit_name;  // unit_name: "" in version 1 files
     std::vector<int64_t> shape;
     int64_t begin = 0, end = 0;
+    ParamPlacement placement;  // from "shape" and "tp"
     std::vector<ArrayEntry> arrays;
   };
 
@@ -101,9 +113,6 @@ class ShardFileReader {
 // The checksum of a whole file (streamed), for the manifest and `zero-ckpt verify`.
 StatusOr<WrittenFile> ChecksumFile(const std::string& path);
 
-// Writes `text` to `path` and fsyncs it.
-Status WriteFileDurably(const std::string& path, const std::string& text);
-Status SyncDirectory(const std::string& dir);
 StatusOr<std::string> ReadWholeFile(const std::string& path);
 
 }  // namespace zs

@@ -1,13 +1,17 @@
 // zero-ckpt: looks into checkpoints written by runtime/checkpoint/checkpoint.h.
 //
-//   zero-ckpt inspect DIR                 step, world, stage, dtypes, trainer object, files, and
-//                                         every parameter's shape and the ranges each rank holds
+//   zero-ckpt inspect DIR                 step, world, stage, grid, dtypes, trainer object,
+//                                         files, and every parameter's full shape and the ranges
+//                                         each rank holds (in its tp slice's frame for a grid)
 //   zero-ckpt verify DIR                  every file's size and checksum, every array's checksum,
 //                                         every element of every parameter held exactly once
 //   zero-ckpt consolidate DIR OUT.safetensors [--dtype fp32|bf16]
 //                                         the full fp32 master weights (or bf16) as one
 //                                         safetensors file named "<unit>.<param>"
 //
+// Grid checkpoints ([Note: grid checkpoints] in checkpoint.h) are read the same way: every
+// piece is placed in its full parameter through its tp layout (param_placement.h), parameters
+// match by name, and padded vocabulary rows are dropped.
 // DIR is a step directory or a --save-dir (its `latest`). Exit status 0 on success, 1 when the
 // checkpoint is bad (the reason names the file and parameter), 2 on usage errors. Offline: no
 // engine, no communicator.
@@ -33,8 +37,8 @@ namespace fs = std::filesystem;
 struct Opened {
   CheckpointManifest manifest;
   std::vector<ShardFileReader> readers;
-  // (unit, param) -> (reader, entry) sorted by begin.
-  std::map<std::pair<int, int>,
+  // parameter name -> (reader, entry), by tp rank, then begin.
+  std::map<std::string,
            std::vector<std::pair<const ShardFileReader*, const ShardFileReader::ParamEntry*>>>
       parts;
 };
@@ -49,11 +53,13 @@ StatusOr<Opened> Open(const std::string& path) {
     o.readers.push_back(std::move(r));
   }
   for (const ShardFileReader& r : o.readers) {
-    for (const auto& e : r.params()) o.parts[{e.unit, e.param}].push_back({&r, &e});
+    for (const auto& e : r.params()) o.parts[e.name].push_back({&r, &e});
   }
   for (auto& [k, v] : o.parts) {
-    std::sort(v.begin(), v.end(),
-              [](const auto& a, const auto& b) { return a.second->begin < b.second->begin; });
+    std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) {
+      return std::pair(a.second->placement.tp_rank, a.second->begin) <
+             std::pair(b.second->placement.tp_rank, b.second->begin);
+    });
   }
   return o;
 }
@@ -76,6 +82,7 @@ Status Inspect(const std::string& path) {
       m.state_dtype);
   fmt::print("loss scaler: scale {}, good steps {}, hysteresis left {}\n", m.training.loss_scale,
              m.training.loss_scale_good_steps, m.training.loss_scale_hysteresis_left);
+  if (!m.grid.is_null()) fmt::print("grid: {}\n", m.grid.dump());
   fmt::print("trainer: {}\n", m.trainer.dump());
   fmt::print("files: {} ({} bytes)\n", m.files.size(), total);
   for (const auto& f : m.files) {
@@ -85,15 +92,21 @@ Status Inspect(const std::string& path) {
   fmt::print("parameters: {}\n", m.params.size());
   for (const auto& p : m.params) {
     fmt::print("  {}  {}  {} elements\n", p.name, Shape(p.shape), p.numel);
-    for (const auto& [r, e] : o.parts[{p.unit, p.param}]) {
+    for (const auto& [r, e] : o.parts[p.name]) {
       int64_t bytes = 0;
       std::string kinds;
       for (const auto& a : e->arrays) {
         bytes += a.bytes + 4 * a.scales_count;
         kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ", a.kind, a.dtype);
       }
-      fmt::print("    rank {:<4} [{}, {})  {} bytes  ({})\n", r->rank(), e->begin, e->end, bytes,
-                 kinds);
+      const ParamPlacement& pl = e->placement;
+      const std::string slice = pl.identity()
+                                    ? std::string()
+                                    : fmt::format("  tp {}/{} {} slice {}", pl.tp_rank, pl.tp_size,
+                                                  PlacementTpJson(pl).value("kind", std::string()),
+                                                  Shape(pl.layout.LocalShape(pl.tp_size)));
+      fmt::print("    rank {:<4} [{}, {}){}  {} bytes  ({})\n", r->rank(), e->begin, e->end, slice,
+                 bytes, kinds);
     }
   }
   return OkStatus();
@@ -115,21 +128,16 @@ Status Verify(const std::string& path) {
   ZS_ASSIGN_OR_RETURN(Opened o, Open(path));
   int64_t arrays = 0, elements = 0;
   for (const auto& p : o.manifest.params) {
-    int64_t at = 0;
-    for (const auto& [r, e] : o.parts[{p.unit, p.param}]) {
-      if (e->name != p.name || e->shape != p.shape) {
-        return IoError(fmt::format(
-            "'{}': parameter {} of unit {} is '{}' {} there, '{}' {} in "
-            "the manifest",
-            r->path(), p.param, p.unit, e->name, Shape(e->shape), p.name, Shape(p.shape)));
+    // Every full element exactly once: the pieces' full-space runs, sorted, must tile [0, numel).
+    std::vector<std::pair<int64_t, int64_t>> runs;  // (full begin, count)
+    for (const auto& [r, e] : o.parts[p.name]) {
+      if (e->shape != p.shape) {
+        return IoError(fmt::format("'{}': parameter '{}' is {} there, {} in the manifest",
+                                   r->path(), p.name, Shape(e->shape), Shape(p.shape)));
       }
-      if (e->begin != at) {
-        return IoError(
-            fmt::format("parameter '{}': elements [{}, {}) are {} (next part: rank {} from {})",
-                        p.name, std::min(at, e->begin), std::max(at, e->begin),
-                        e->begin > at ? "in no rank file" : "held twice", r->rank(), e->begin));
-      }
-      at = e->end;
+      ForEachFullRun(e->placement, e->begin, e->end, [&](int64_t, int64_t full, int64_t n) {
+        if (full >= 0) runs.push_back({full, n});
+      });
       for (const auto& a : e->arrays) {
         OwnedArray arr;
         ZS_RETURN_IF_ERROR(r->ReadArray(*e, a, arr));
@@ -142,6 +150,16 @@ Status Verify(const std::string& path) {
         }
         ++arrays;
       }
+    }
+    std::sort(runs.begin(), runs.end());
+    int64_t at = 0;
+    for (const auto& [b, n] : runs) {
+      if (b != at) {
+        return IoError(fmt::format("parameter '{}': elements [{}, {}) are {}", p.name,
+                                   std::min(at, b), std::max(at, b),
+                                   b > at ? "in no rank file" : "held twice"));
+      }
+      at = b + n;
     }
     if (at != p.numel) {
       return IoError(fmt::format("parameter '{}': elements [{}, {}) are in no rank file", p.name,
@@ -171,12 +189,10 @@ Status Consolidate(const std::string& path, const std::string& out, const std::s
       SafetensorsWriter::Create(out, std::move(tensors),
                                 {{"format", "pt"}, {"step", std::to_string(o.manifest.step)}}));
   for (const auto& p : o.manifest.params) {
-    int64_t at = 0;
-    for (const auto& [r, e] : o.parts[{p.unit, p.param}]) {
-      if (e->begin != at) {
-        return IoError(
-            fmt::format("parameter '{}': elements from {} are missing or held twice", p.name, at));
-      }
+    // The full tensor from its pieces, each placed through its tp layout.
+    std::vector<float> full(size_t(p.numel), 0.0f);
+    int64_t placed = 0;
+    for (const auto& [r, e] : o.parts[p.name]) {
       auto it = std::find_if(e->arrays.begin(), e->arrays.end(),
                              [](const auto& a) { return a.kind == "master"; });
       if (it == e->arrays.end()) {
@@ -184,14 +200,19 @@ Status Consolidate(const std::string& path, const std::string& out, const std::s
       }
       OwnedArray a;
       ZS_RETURN_IF_ERROR(r->ReadArray(*e, *it, a));
-      ZS_RETURN_IF_ERROR(writer->Append(std::span<const float>(
-          reinterpret_cast<const float*>(a.data.data()), a.data.size() / 4)));
-      at = e->end;
+      const float* src = reinterpret_cast<const float*>(a.data.data());
+      ForEachFullRun(e->placement, e->begin, e->end, [&](int64_t off, int64_t f, int64_t n) {
+        if (f < 0) return;
+        std::copy_n(src + off, n, full.data() + f);
+        placed += n;
+      });
     }
-    if (at != p.numel) {
-      return IoError(fmt::format("parameter '{}': elements [{}, {}) are in no rank file", p.name,
-                                 at, p.numel));
+    if (placed != p.numel) {
+      return IoError(fmt::format(
+          "parameter '{}': its pieces hold {} of {} elements (zero-ckpt verify names the gap)",
+          p.name, placed, p.numel));
     }
+    ZS_RETURN_IF_ERROR(writer->Append(std::span<const float>(full)));
   }
   ZS_RETURN_IF_ERROR(writer->Finish());
   fmt::print("wrote {} ({} tensors, {}, step {})\n", out, o.manifest.params.size(),

@@ -283,6 +283,55 @@ StatusOr<uint64_t> GridGpt::MasterDigest() {
   return digest;
 }
 
+CheckpointRank GridGpt::checkpoint_rank() {
+  const GridCoord c = groups_->coord();
+  const RankGrid& grid = groups_->grid();
+  CheckpointRank out;
+  out.world = &groups_->world();
+  out.grid = {{"tp", grid.tp_size()},
+              {"pp", grid.pp_size()},
+              {"dp", grid.dp_size()},
+              {"ep", options_.ep},
+              {"virtual_stages", options_.virtual_stages},
+              {"sequence_parallel", options_.model.sequence_parallel},
+              {"experts", options_.model.moe.experts},
+              {"layers", options_.model.gpt.layers}};
+  auto add = [&](ZeroEngine* engine, Communicator* dp, const std::vector<int>& units) {
+    CheckpointEngine e;
+    e.engine = engine;
+    e.dp = dp;
+    e.model_units = units;
+    for (int u : units) {
+      const UnitSpec& unit = model_->spec().units[size_t(u)];
+      std::vector<ParamPlacement>& ps = e.placements.emplace_back();
+      for (size_t p = 0; p < unit.params.size(); ++p) {
+        ParamPlacement place;
+        place.name = unit.name + "." + unit.params[p].name;
+        place.layout = model_->layout(u, int(p));
+        place.tp_rank = c.tp;
+        place.tp_size = grid.tp_size();
+        place.saved = place.layout.tensor_parallel() || c.tp == 0;
+        ps.push_back(std::move(place));
+      }
+    }
+    out.engines.push_back(std::move(e));
+  };
+  add(engine_.get(), &groups_->dp(), dense_units_);
+  if (expert_engine_ != nullptr) add(expert_engine_.get(), edp_.get(), expert_units_);
+  return out;
+}
+
+StatusOr<std::string> GridGpt::SaveCheckpoint(const std::string& root,
+                                              const nlohmann::json& trainer) {
+  if (!broken_.ok()) return Aborted();
+  return zs::SaveCheckpoint(checkpoint_rank(), root, trainer);
+}
+
+StatusOr<CheckpointManifest> GridGpt::LoadCheckpoint(const std::string& path) {
+  if (!broken_.ok()) return Aborted();
+  return zs::LoadCheckpoint(checkpoint_rank(), path);
+}
+
 std::string GridGpt::PartitionString() const {
   return fmt::format("{}: {}", cost_summary_, partition_.ToString());
 }

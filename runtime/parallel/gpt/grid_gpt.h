@@ -45,6 +45,15 @@
 //   the first error.
 // - One pp rank may hold several chunks (virtual stages), also with pp = 1: the head then reads
 //   wte from this rank's engine; the TiedEmbeddingLink serves pp > 1 only.
+// - Checkpoints ([Note: grid checkpoints], runtime/checkpoint/checkpoint.h): SaveCheckpoint
+//   writes what this rank's engines own, each parameter placed in nn::Gpt's full parameter of
+//   the same name (its TpParamLayout, this tp rank; replicated parameters from tp rank 0 only),
+//   and the grid in the manifest; LoadCheckpoint reads a checkpoint saved at any tp x pp x dp,
+//   stage or ep (or by a plain data-parallel nn::Gpt engine) into this grid: the next step
+//   continues the saved run (bit for bit at the same grid; at another grid within float
+//   summation order). Both are collective over the world, between steps only, and return the
+//   first failing rank's error on every rank; a failed load leaves the engines' states
+//   undefined (load again or discard the object).
 // - One thread per rank. `groups`, `device`, `tracker` and `trace` must outlive the object.
 #pragma once
 
@@ -54,6 +63,7 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/checkpoint/checkpoint.h"
 #include "runtime/comm/process_groups.h"
 #include "runtime/device/device.h"
 #include "runtime/engine/zero_engine.h"
@@ -122,6 +132,13 @@ class GridGpt {
   // The fp32 master values of one of this rank's parameters, by the model's unit index
   // (collective over the engine's group holding it: dp, or edp for expert units).
   StatusOr<std::vector<float>> GatherMasterParam(int unit, int param);
+  // Checkpoints (see the contract). `trainer` is stored as the manifest's opaque object.
+  StatusOr<std::string> SaveCheckpoint(const std::string& root,
+                                       const nlohmann::json& trainer = nlohmann::json::object());
+  StatusOr<CheckpointManifest> LoadCheckpoint(const std::string& path);
+  // This rank's engines with their parameters' placements, and the grid's description
+  // ({"tp", "pp", "dp", "ep", "virtual_stages", "sequence_parallel", "experts", "layers"}).
+  CheckpointRank checkpoint_rank();
   // The engines' MasterDigest, combined (collective over dp, then edp).
   StatusOr<uint64_t> MasterDigest();
   const tp::TpGpt& model() const { return *model_; }

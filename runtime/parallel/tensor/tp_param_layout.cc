@@ -132,4 +132,50 @@ void PlaceLocal(const TpParamLayout& layout, int rank, int tp, std::span<const f
   });
 }
 
+LocalToFullRun LocalToFull(const TpParamLayout& l, int rank, int tp, int64_t local) {
+  ZS_CHECK(rank >= 0 && rank < tp && local >= 0 && local < l.local_numel(tp),
+           "local element {} of rank {} of tp {}", local, rank, tp);
+  switch (l.kind) {
+    case TpParamLayout::Kind::kReplicated:
+      return {local, l.full_numel() - local};
+    case TpParamLayout::Kind::kSplitRows: {
+      const RowSplit s = Rows(l, tp);
+      const int64_t local_row = local / s.cols, col = local % s.cols;
+      const int64_t b = local_row / s.local_rows, i = local_row % s.local_rows;
+      const int64_t full_row = b * s.block_rows + int64_t(rank) * s.local_rows + i;
+      if (full_row >= s.rows) return {-1, (s.local_rows - i) * s.cols - col};
+      return {full_row * s.cols + col,
+              std::min(s.local_rows - i, s.rows - full_row) * s.cols - col};
+    }
+    case TpParamLayout::Kind::kSplitColumns: {
+      const int64_t lc = l.full_shape[1] / tp;
+      const int64_t r = local / lc, c = local % lc;
+      return {r * l.full_shape[1] + int64_t(rank) * lc + c, lc - c};
+    }
+  }
+  return {};
+}
+
+FullToLocalRun FullToLocal(const TpParamLayout& l, int tp, int64_t full) {
+  ZS_CHECK(tp >= 1 && full >= 0 && full < l.full_numel(), "full element {} of tp {}", full, tp);
+  switch (l.kind) {
+    case TpParamLayout::Kind::kReplicated:
+      return {0, full, l.full_numel() - full};
+    case TpParamLayout::Kind::kSplitRows: {
+      const RowSplit s = Rows(l, tp);
+      const int64_t row = full / s.cols, col = full % s.cols;
+      const int64_t b = row / s.block_rows, w = row % s.block_rows;
+      const int64_t i = w % s.local_rows;
+      return {int(w / s.local_rows), (b * s.local_rows + i) * s.cols + col,
+              std::min(s.local_rows - i, s.rows - row) * s.cols - col};
+    }
+    case TpParamLayout::Kind::kSplitColumns: {
+      const int64_t cols = l.full_shape[1], lc = cols / tp;
+      const int64_t r = full / cols, c = full % cols;
+      return {int(c / lc), r * lc + c % lc, lc - c % lc};
+    }
+  }
+  return {};
+}
+
 }  // namespace zs::tp

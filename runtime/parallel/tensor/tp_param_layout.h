@@ -66,4 +66,21 @@ void SliceFull(const TpParamLayout& layout, int rank, int tp, std::span<const fl
 void PlaceLocal(const TpParamLayout& layout, int rank, int tp, std::span<const float> local,
                 std::span<float> full);
 
+// Element-wise index maps, for converters that move ranges rather than whole tensors
+// (checkpoints resharded over tp). Each returns the place of one element and `count`, how many
+// elements from it on stay contiguous in both frames (so a caller walks runs, not elements).
+struct LocalToFullRun {
+  int64_t full = 0;  // the full (flattened, unpadded) index; -1 for a padding row's element
+  int64_t count = 0;
+};
+// Local element `local` of rank `rank`'s part (0 <= local < local_numel(tp)).
+LocalToFullRun LocalToFull(const TpParamLayout& layout, int rank, int tp, int64_t local);
+struct FullToLocalRun {
+  int rank = 0;       // the tp rank holding the element (0 for a replicated parameter)
+  int64_t local = 0;  // its index in that rank's part
+  int64_t count = 0;
+};
+// Full element `full` (0 <= full < full_numel()).
+FullToLocalRun FullToLocal(const TpParamLayout& layout, int tp, int64_t full);
+
 }  // namespace zs::tp
