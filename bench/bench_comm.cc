@@ -59,6 +59,7 @@
 #include <vector>
 
 #include "runtime/base/log.h"
+#include "runtime/base/termination_signals.h"
 #include "runtime/comm/backend_registry.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/connect.h"
@@ -424,6 +425,7 @@ bool ParseOwnFlags(int* argc, char** argv) {
 }  // namespace zs
 
 int main(int argc, char** argv) {
+  zs::TakeBackTerminationSignals("bench_comm");  // [Note: termination signals]
   if (!zs::ParseOwnFlags(&argc, argv)) return 2;
   zs::StatusOr<zs::LaunchInfo> launch = zs::DetectLaunch();
   if (!launch.ok()) {

@@ -32,6 +32,7 @@
 
 #include "runtime/base/dtype.h"
 #include "runtime/base/log.h"
+#include "runtime/base/termination_signals.h"
 #include "runtime/comm/backend_registry.h"
 #include "runtime/comm/connect.h"
 #include "runtime/device/device_factory.h"
@@ -211,6 +212,7 @@ int ParseArgs(int argc, char** argv, DemoArgs& args) {
 
 int main(int argc, char** argv) {
   using namespace zs;
+  TakeBackTerminationSignals("zs_demo");  // [Note: termination signals]
   DemoArgs args;
   if (int rc = ParseArgs(argc, argv, args); rc != 0) return rc;
   RegisterBuiltinBackends();

@@ -33,26 +33,25 @@
 
 #include <CLI/CLI.hpp>
 #include <atomic>
-#include <csignal>
 #include <cstring>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <unistd.h>
-#include <dlfcn.h>
 #include <string>
 #include <vector>
 
 #include "examples/train_gpt/batch_sampler.h"
 #include "examples/train_gpt/char_corpus.h"
+#include "examples/train_gpt/memory_fit.h"
 #include "examples/train_gpt/train_gpt_args.h"
 #include "runtime/base/atomic_file.h"
+#include "runtime/base/termination_signals.h"
 #include "runtime/base/trace_recorder.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/safetensors_export.h"
@@ -152,69 +151,6 @@ struct Shared {  // read-only after main() sets it up
   EngineConfig config;
   const CharCorpus* corpus = nullptr;
 };
-
-// Sizes that cannot fit are refused before anything is allocated (a --micro-batch of 2^20 or a
-// --seq of 65536 died of std::bad_alloc before): zero-plan's plan of this run (runtime/plan,
-// within 3% of what the tracker measures) for the busiest rank, times the ranks on this host,
-// against the host's physical memory (CPU ranks keep every tier in it). Runs the planner does
-// not model (experts) are not checked.
-Status CheckMemoryFits(const Shared& shared, const LaunchInfo& launch, int dp_size) {
-  const Args& args = shared.args;
-  const EngineConfig& config = shared.config;
-  if (args.experts > 0) return OkStatus();
-  StatusOr<ScheduleKind> schedule = ParseScheduleKind(args.schedule);
-  if (!schedule.ok()) return OkStatus();  // refused with its flag where the grid is built
-  GptShape shape;
-  shape.layers = args.layers;
-  shape.hidden = args.hidden;
-  shape.heads = args.heads;
-  shape.vocab = shared.corpus->vocab_size();
-  shape.seq = args.seq;
-  shape.micro_batch = config.train_micro_batch_size_per_gpu;
-  PlanChoice choice;
-  choice.grid = {args.tp, args.pp, dp_size, *schedule, args.virtual_stages,
-                 args.sequence_parallel};
-  choice.stage = config.zero_optimization.stage;
-  const OffloadDevice opt = config.zero_optimization.offload_optimizer.device;
-  const OffloadDevice par = config.zero_optimization.offload_param.device;
-  choice.offload = opt == OffloadDevice::kNvme   ? (par != OffloadDevice::kNone
-                                                        ? OffloadChoice::kNvmeAll
-                                                        : OffloadChoice::kNvmeOptimizer)
-                   : opt == OffloadDevice::kCpu ? (par != OffloadDevice::kNone
-                                                        ? OffloadChoice::kCpuAll
-                                                        : OffloadChoice::kCpuOptimizer)
-                                                : OffloadChoice::kNone;
-  choice.recompute = args.recompute;
-  choice.reduce_bucket_size = config.zero_optimization.reduce_bucket_size;
-  ClusterSpec cluster;
-  cluster.devices = choice.grid.world();
-  cluster.devices_per_node = cluster.devices;
-  cluster.device_memory = 1e18;  // the check is ours, below
-  cluster.host_memory = 1e18;
-  cluster.nvme = 1e18;
-  StatusOr<PlanRow> row = PlanGpt(shape, config, choice,
-                                  int(config.gradient_accumulation_steps), cluster);
-  if (!row.ok()) return OkStatus();  // the model refuses such sizes itself, naming them
-  const double per_rank = double(row->device_bytes) + double(row->host_bytes);
-  const int ranks_here = launch.world_size > 1 ? launch.local_size : args.world;
-  const double physical = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
-  double activations = 0;
-  for (int t = 0; t < kNumMemoryTiers; ++t) {
-    activations += double(row->worst.Peak(MemoryTier(t), MemoryCategory::kActivations));
-  }
-  if (per_rank * ranks_here > physical) {
-    return OutOfMemoryError(fmt::format(
-        "this run needs about {} per rank at its peak (the busiest rank's parameters, "
-        "gradients, optimizer states and buffers, and {} of activations for micro-batches of "
-        "{} x {} tokens), {} for the {} rank(s) on this host, which has {} of memory. Lower "
-        "--micro-batch, --seq, --layers or --hidden, or raise the ZeRO stage or offload "
-        "(zero-plan prints the breakdown)",
-        FormatGB(per_rank), FormatGB(activations),
-        shape.micro_batch, shape.seq, FormatGB(per_rank * ranks_here), ranks_here,
-        FormatGB(physical)));
-  }
-  return OkStatus();
-}
 
 Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker) {
   const Args& args = shared.args;
@@ -675,71 +611,9 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
 }  // namespace
 }  // namespace zs
 
-namespace {
-
-// [Note: termination signals] libfabric links libpsm_infinipath, whose libinfinipath.so.4
-// installs handlers for SIGINT, SIGTERM, SIGSEGV, SIGBUS, SIGILL and SIGABRT in its ELF
-// constructor, before main, unless IPATH_NO_BACKTRACE is set in the environment the program
-// starts with (the setenv below comes too late for it). Its handler writes a backtrace and
-// calls exit(1) from the signal handler: the run ends with code 1, and static destructors and
-// atexit handlers run while the rank threads and the communicators' workers still do, which
-// can crash (issue 27 saw a SIGSEGV that same handler reported). So train_gpt takes SIGINT and
-// SIGTERM back (unless ignored) with a handler that only writes "train_gpt: interrupted by SIG..."
-// (write(2), async-signal-safe), restores the default action and re-raises: the process ends
-// at once with 128+signal, running no destructors. libfabric's shm provider, which installs
-// its own SIGINT/SIGTERM handler later (at the endpoint's creation) to unlink its /dev/shm
-// files, chains to this one. The fatal-signal handlers that live in libinfinipath/libpsm are
-// reset to the default (a crash is a crash, with a core dump) unless the caller set
-// HFI_NO_BACKTRACE or IPATH_NO_BACKTRACE itself (then they stay as the caller configured them).
-void OnTerminationSignal(int sig) {
-  const char* text = sig == SIGINT ? "\ntrain_gpt: interrupted by SIGINT\n"
-                                   : "\ntrain_gpt: interrupted by SIGTERM\n";
-  [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, text, std::strlen(text));
-  ::signal(sig, SIG_DFL);
-  ::raise(sig);
-}
-
-// Whether `sa` runs a handler that lives in libinfinipath or libpsm ([Note: termination
-// signals]).
-bool IsPsmHandler(const struct sigaction& sa) {
-  const void* handler = (sa.sa_flags & SA_SIGINFO) ? reinterpret_cast<void*>(sa.sa_sigaction)
-                                                   : reinterpret_cast<void*>(sa.sa_handler);
-  if (sa.sa_handler == SIG_DFL || sa.sa_handler == SIG_IGN) return false;
-  Dl_info info{};
-  if (::dladdr(handler, &info) == 0 || info.dli_fname == nullptr) return false;
-  const std::string_view file = info.dli_fname;
-  return file.find("infinipath") != std::string_view::npos ||
-         file.find("libpsm") != std::string_view::npos;
-}
-
-void TakeBackSignals(bool reset_fatal) {
-  for (int sig : {SIGINT, SIGTERM}) {
-    struct sigaction old {};
-    if (::sigaction(sig, nullptr, &old) != 0 || old.sa_handler == SIG_IGN) continue;
-    struct sigaction sa {};
-    sa.sa_handler = OnTerminationSignal;
-    sigemptyset(&sa.sa_mask);
-    ::sigaction(sig, &sa, nullptr);
-  }
-  if (!reset_fatal) return;
-  for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGABRT, SIGFPE, SIGQUIT, SIGSYS, SIGTRAP}) {
-    struct sigaction old {};
-    if (::sigaction(sig, nullptr, &old) == 0 && IsPsmHandler(old)) ::signal(sig, SIG_DFL);
-  }
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   using namespace zs;
-  // libfabric's psm2 provider loads libpsm2/libinfinipath when it probes; they install handlers
-  // for fatal signals that write "<program>.<host>-<pid>,...btr" files into the working
-  // directory and swallow the crash. Off unless asked for (set while one thread runs).
-  const bool backtraces_asked =
-      std::getenv("HFI_NO_BACKTRACE") != nullptr || std::getenv("IPATH_NO_BACKTRACE") != nullptr;
-  ::setenv("HFI_NO_BACKTRACE", "1", /*overwrite=*/0);
-  ::setenv("IPATH_NO_BACKTRACE", "1", /*overwrite=*/0);
-  TakeBackSignals(/*reset_fatal=*/!backtraces_asked);  // [Note: termination signals]
+  TakeBackTerminationSignals("train_gpt");  // [Note: termination signals]
   Shared shared;
   Args& args = shared.args;
   CLI::App app{"train_gpt: a character-level GPT trained with the ZeRO engine"};
@@ -844,7 +718,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   shared.corpus = &*corpus;
-  if (Status fits = CheckMemoryFits(shared, *launch, dp_size); !fits.ok()) {
+  if (Status fits = CheckMemoryFits(args, shared.config, shared.corpus->vocab_size(), *launch,
+                                    dp_size);
+      !fits.ok()) {
     fmt::print(stderr, "train_gpt: {}\n", fits.ToString());
     return 2;
   }

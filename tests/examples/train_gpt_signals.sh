@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # train_gpt stopped by SIGTERM (as `timeout` and zerorun send it) or SIGINT (Ctrl-C) during
 # training ends at once with 128+signal and "train_gpt: interrupted by SIG...", never a SIGSEGV
-# or *.btr files ([Note: termination signals] in train_gpt.cc; issue 27). Before, libinfinipath's
+# or *.btr files ([Note: termination signals] in runtime/base/termination_signals.h; issue 27). Before, libinfinipath's
 # handler (installed before main) called exit(1) from the signal handler while the rank threads
 # ran: exit code 1 every time here, and a SIGSEGV in the destructors in issue 27's report.
 # Cases: ranks as threads, SIGTERM and SIGINT, started without IPATH_NO_BACKTRACE (as a user
