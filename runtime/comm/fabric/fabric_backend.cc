@@ -127,10 +127,19 @@ class FabricBackend final : public Backend {
     if (!opened.ok()) return opened.status().WithContext(where);
     std::shared_ptr<FabricEndpoint> endpoint = std::move(opened).value();
 
-    // "<probe>:<inject size>:<address>": every rank takes the smallest inject size as the
+    // "<probe>:<eager size>:<address>": every rank takes the smallest eager size as the
     // rendezvous threshold (fabric_communicator.h), so the two sides of a message always agree
     // on it; <probe> is the hex address of this rank's probe word when it offers direct copy
-    // (FabricTuning::direct_copy), else "-".
+    // (FabricTuning::direct_copy), else "-". ZS_FABRIC_EAGER_BYTES only lowers the endpoint's
+    // eager size ([Note: eager sizes] in fabric_endpoint.cc): above it a send could wait for its
+    // match inside the provider.
+    ZS_ASSIGN_OR_RETURN(const int64_t eager_knob,
+                        ParseEnvInt("ZS_FABRIC_EAGER_BYTES", int64_t(endpoint->eager_size())));
+    if (eager_knob < 0) {
+      return InvalidArgumentError(
+          fmt::format("{}: ZS_FABRIC_EAGER_BYTES={} must be >= 0", where, eager_knob));
+    }
+    const size_t eager_bytes = std::min(endpoint->eager_size(), size_t(eager_knob));
     ZS_ASSIGN_OR_RETURN(const int64_t direct_copy_knob, ParseEnvInt("ZS_FABRIC_DIRECT_COPY", 1));
     // Every rank of a one-host shm group takes part in the probe's extra store round (below),
     // offering or not, so that the ranks agree even when the knob differs between them.
@@ -140,9 +149,9 @@ class FabricBackend final : public Backend {
         offer_direct_copy ? fmt::format("{:x}", PeerMemoryProbeAddress()) : std::string("-");
     ZS_RETURN_IF_ERROR(store.Set(
         prefix + "addr/" + std::to_string(rank),
-        fmt::format("{}:{}:{}", probe, endpoint->inject_size(), endpoint->address())));
+        fmt::format("{}:{}:{}", probe, eager_bytes, endpoint->address())));
     std::vector<std::string> addresses(world_size);
-    tuning.rendezvous_bytes = endpoint->inject_size();
+    tuning.rendezvous_bytes = eager_bytes;
     bool readable = offer_direct_copy;  // every peer's probe word read back from here
     for (int r = 0; r < world_size; ++r) {
       ZS_ASSIGN_OR_RETURN(
@@ -159,14 +168,14 @@ class FabricBackend final : public Backend {
                    PeerMemoryReadable(peers[r].pid, address);
       }
       const size_t colon = value.find(':');
-      const std::string inject = value.substr(0, colon);
-      if (colon == std::string::npos || inject.empty() || inject.size() > 18 ||
-          inject.find_first_not_of("0123456789") != std::string::npos) {
+      const std::string eager = value.substr(0, colon);
+      if (colon == std::string::npos || eager.empty() || eager.size() > 18 ||
+          eager.find_first_not_of("0123456789") != std::string::npos) {
         return InternalError(fmt::format("{}: rank {} published a malformed endpoint address '{}' "
-                                         "(expected '<probe>:<inject size>:<hex address>')",
+                                         "(expected '<probe>:<eager size>:<hex address>')",
                                          where, r, value));
       }
-      tuning.rendezvous_bytes = std::min<size_t>(tuning.rendezvous_bytes, std::stoull(inject));
+      tuning.rendezvous_bytes = std::min<size_t>(tuning.rendezvous_bytes, std::stoull(eager));
       addresses[r] = value.substr(colon + 1);
     }
     ZS_RETURN_IF_ERROR(endpoint->InsertPeers(addresses));

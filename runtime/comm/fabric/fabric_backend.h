@@ -4,7 +4,7 @@
 // Contract
 // - Connect(store, rank, world, options) is collective over `world` ranks sharing `store`.
 //   Keys live under "fabric/<group name>/w<world>/g<generation>/": "peer/<rank>" (host, pid,
-//   start time), "addr/<rank>" ("<probe>:<inject size>:<endpoint address>"; the smallest inject
+//   start time), "addr/<rank>" ("<probe>:<eager size>:<endpoint address>"; the smallest eager
 //   size of the ranks is the rendezvous threshold, see fabric_communicator.h; <probe> is the hex
 //   address of the rank's probe word, or "-") and, for shm on one host, "direct/<rank>" ("1"
 //   when the rank read every other rank's probe word with process_vm_readv). Direct copy is on
@@ -22,7 +22,10 @@
 // - Tuning knobs (read at Connect, must be equal on every rank): ZS_FABRIC_SEGMENT_BYTES
 //   (default 1M), ZS_FABRIC_WINDOW (default 4) and ZS_FABRIC_DIRECT_SEGMENT_BYTES (default 4M);
 //   see fabric_communicator.h. ZS_FABRIC_DIRECT_COPY=0 turns direct copy off on that rank (and
-//   so on every rank of the group: they agree through the "direct/" keys).
+//   so on every rank of the group: they agree through the "direct/" keys). ZS_FABRIC_EAGER_BYTES
+//   (default: the endpoint's eager size, FabricEndpoint::eager_size) lowers the size above
+//   which a segment waits for a clear-to-send; it never raises it, and the ranks agree on the
+//   smallest value any of them published.
 #pragma once
 
 #include <memory>

@@ -14,14 +14,15 @@
 //   rank). Receives go straight into the caller's output except the reduction inputs, which
 //   land in a per-communicator ring of (size-1) x window segments (host tier, kCommBuffers).
 // - Direct copy (FabricTuning::direct_copy, the default for ranks on one host over shm): a
-//   segment above the inject size is not a libfabric message at all; the sender sends a small
+//   segment above the eager size is not a libfabric message at all; the sender sends a small
 //   descriptor of it and the receiver copies it out of the sender's memory (process_vm_readv),
 //   then returns a done word ([Note: direct copy] in fabric_stream_set.h). The rest of this
 //   contract holds unchanged; where it speaks of a segment's clear-to-send, read the descriptor
 //   and the done word. Without direct copy (tcp, several hosts, or refused at connect):
-// - No send above the inject size is ever posted before its receive (rendezvous): for every
-//   segment of more than FabricTuning::rendezvous_bytes (the smallest inject size of the ranks'
-//   endpoints, agreed at connect: 4 KiB for shm, 64 B for tcp;ofi_rxm) the receiver posts its
+// - No send above the eager size is ever posted before its receive (rendezvous): for every
+//   segment of more than FabricTuning::rendezvous_bytes (the smallest eager size of the ranks'
+//   endpoints, agreed at connect: 4 KiB for shm, rxm's eager limit for tcp;ofi_rxm, 16 KiB by
+//   default; see FabricEndpoint::eager_size and [Note: eager sizes]) the receiver posts its
 //   receive and then sends an empty clear-to-send message, and the sender posts the data only
 //   when that arrives. Why: a provider may hold a large send until the receiver matches it, and
 //   may let that send hold up others; shm does (libfabric #9853: its large sends complete in
@@ -29,9 +30,10 @@
 //   the endpoint, to any peer, of every communicator sharing it). With the handshake a send that
 //   waits for a late receive is only a posted receive of an empty message, and sends to peers
 //   that are ready, collectives and other communicators proceed. Segments at or below the
-//   inject size are sent at once (the provider copies them when posted; shm completes them at
-//   once), so small messages pay no round trip; larger ones pay one per segment, overlapped by
-//   the window. The clear-to-send tags use kinds of their own, never matching data.
+//   eager size are sent at once (their sends complete without a matching receive: the
+//   receiver's provider buffers them until one is posted), so small messages pay no round
+//   trip; larger ones pay one per segment, overlapped by the window. The clear-to-send tags use
+//   kinds of their own, never matching data.
 // - A count that differs between the two ranks of a send/recv or a collective pair fails with
 //   InvalidArgument on the receiving rank (and usually the sending one) when the data arrives,
 //   or with DeadlineExceeded on both when only the sender's segment needs a clear-to-send.
@@ -88,7 +90,8 @@ struct FabricTuning {
   size_t segment_bytes = size_t{1} << 20;  // multiple of 64
   int window = 4;                          // segments in flight per peer and direction
   // Segments of more bytes wait for the receiver's clear-to-send (see the contract). The
-  // backend sets the smallest inject size of the ranks' endpoints; 0 = every nonempty segment.
+  // backend sets the smallest eager size of the ranks' endpoints (FabricEndpoint::eager_size,
+  // lowered by ZS_FABRIC_EAGER_BYTES); 0 = every nonempty segment. Equal on every rank.
   size_t rendezvous_bytes = 0;
   // Segments above rendezvous_bytes are copied by the receiver straight out of the sender's
   // memory ([Note: direct copy] in fabric_stream_set.h). The backend sets it when every rank is
@@ -115,8 +118,10 @@ class FabricCommunicator final : public Communicator {
   std::string_view backend_name() const override { return "fabric"; }
   const CommOptions& options() const override { return options_; }
   const std::string& provider_name() const { return endpoint_->provider_name(); }
-  // Whether segments above the inject size are copied directly (FabricTuning::direct_copy).
+  // Whether segments above the eager size are copied directly (FabricTuning::direct_copy).
   bool direct_copy() const { return tuning_.direct_copy; }
+  // Segments of more bytes wait for a clear-to-send (FabricTuning::rendezvous_bytes).
+  size_t rendezvous_bytes() const { return tuning_.rendezvous_bytes; }
 
   CommHandle StartAllGather(const void* send, void* recv, size_t count, DType dtype) override;
   CommHandle StartReduceScatter(const void* send, void* recv, size_t count, DType dtype,

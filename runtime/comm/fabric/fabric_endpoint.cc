@@ -8,9 +8,10 @@
 #include <rdma/fi_tagged.h>
 
 #include <algorithm>
-#include <map>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <string>
 #include <type_traits>
 
 #include "runtime/base/log.h"
@@ -72,6 +73,43 @@ fi_info* ChooseInfo(fi_info* list, bool loopback) {
     if (is_lo == loopback) return info;
   }
   return list;
+}
+
+// [Note: eager sizes] The largest message a provider delivers "eagerly": its send completes
+// without the receiver having posted the receive, because the receiver's provider buffers an
+// unmatched message itself, so an unmatched send can hold up nothing (fabric_stream_set.h,
+// [Note: rendezvous above the eager size]). Above it the backend's clear-to-send handshake
+// runs. Read from libfabric 1.17's sources:
+// - shm: a send up to its inject size (4096) is copied into the receiver's queue at once;
+//   larger ones (CMA, SAR) complete only when matched, and complete in order (libfabric #9853).
+// - tcp;ofi_rxm: rxm sends up to its eager limit eagerly: the send completes when tcp has the
+//   bytes (rxm_send_eager / rxm_direct_send), and the receiver's rxm reads every message off the
+//   socket whether or not a receive matches it, keeping an unmatched one in a bounce buffer of
+//   FI_OFI_RXM_BUFFER_SIZE bytes (default 16384) from a pool without limit, or in a malloc'd
+//   one (rxm_get_dyn_rbuf, rxm_match_rx_buf). Above the eager limit rxm runs its own rendezvous
+//   (a request, then an RMA read once matched; over tcp it disables SAR), so the send waits for
+//   the match. (An eager send still needs the receiver to progress once its socket buffer is
+//   full, as every message does; never that a receive be posted.) The eager limit is
+//   max(FI_OFI_RXM_EAGER_LIMIT, FI_OFI_RXM_BUFFER_SIZE); the endpoint reports the second
+//   (FI_OPT_BUFFERED_LIMIT), which is therefore always sent eagerly.
+//   fi_info's inject size (64: tcp's inline size less rxm's header) only says when rxm copies
+//   the payload at post time; it says nothing about matching.
+// - Anything else (udp;ofi_rxd, verbs, ...): not read; its inject size, as before.
+// The cap (kFabricMaxEagerBytes) bounds what one unmatched message holds in a receiver. How many
+// can wait there is bounded by the window per stream within an operation, but not across
+// operations where a sender never waits for its receivers (a broadcast root, a run of sends):
+// as with MPI's eager sends, the receiver's provider keeps them until they are matched.
+size_t EagerSize(fid_ep* ep, const fi_info& info) {
+  const std::string provider = info.fabric_attr->prov_name;
+  const size_t inject = info.tx_attr->inject_size;
+  if (provider != "tcp;ofi_rxm") return inject;
+  size_t limit = 0;
+  size_t length = sizeof(limit);
+  if (fi_getopt(&ep->fid, FI_OPT_ENDPOINT, FI_OPT_BUFFERED_LIMIT, &limit, &length) != 0 ||
+      length != sizeof(limit)) {
+    return inject;
+  }
+  return std::max(inject, std::min(limit, kFabricMaxEagerBytes));
 }
 
 }  // namespace
@@ -141,6 +179,7 @@ StatusOr<std::unique_ptr<FabricEndpoint>> FabricEndpoint::Open(const std::string
   if (r != 0) return InternalError(fmt::format("fi_ep_bind ({}): {}", where, FiError(r)));
   r = fi_enable(ep->ep_);
   if (r != 0) return InternalError(fmt::format("fi_enable ({}): {}", where, FiError(r)));
+  ep->eager_size_ = EagerSize(ep->ep_, *ep->info_);
   std::vector<char> name(256);
   size_t len = name.size();
   r = fi_getname(&ep->ep_->fid, name.data(), &len);
@@ -150,8 +189,9 @@ StatusOr<std::unique_ptr<FabricEndpoint>> FabricEndpoint::Open(const std::string
   }
   if (r != 0) return InternalError(fmt::format("fi_getname ({}): {}", where, FiError(r)));
   ep->address_ = ToHex(name.data(), len);
-  ZS_LOG(kDebug, "fabric endpoint open: provider {} domain {} mr_local {}", ep->provider_name_,
-         ep->info_->domain_attr->name ? ep->info_->domain_attr->name : "?", ep->mr_local_);
+  ZS_LOG(kDebug, "fabric endpoint open: provider {} domain {} mr_local {} eager {} bytes",
+         ep->provider_name_, ep->info_->domain_attr->name ? ep->info_->domain_attr->name : "?",
+         ep->mr_local_, ep->eager_size_);
   return ep;
 }
 

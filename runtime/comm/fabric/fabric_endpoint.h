@@ -44,6 +44,10 @@ namespace zs {
 
 class FabricTransfer;
 
+// The cap on FabricEndpoint::eager_size(): what one unmatched eager message may hold in the
+// receiver's provider (see [Note: eager sizes]).
+inline constexpr size_t kFabricMaxEagerBytes = size_t{64} << 10;
+
 struct FabricRequest {
   fi_context2 context;  // libfabric's per-operation scratch; &context is the op_context
   FabricTransfer* owner = nullptr;  // null once orphaned; guarded by the endpoint mutex
@@ -75,6 +79,12 @@ class FabricEndpoint {
   // The most bytes a send may carry with FI_INJECT (fi_info tx_attr->inject_size): the provider
   // copies such a payload when the send is posted. 4096 for shm, 64 for tcp;ofi_rxm.
   size_t inject_size() const { return info_->tx_attr->inject_size; }
+  // The most bytes a send may carry and still complete without waiting for the receiver to
+  // post its receive (an unmatched one is buffered by the receiver's provider): see
+  // [Note: eager sizes]. shm: its inject size (4096). tcp;ofi_rxm: rxm's eager bounce-buffer
+  // size, read from the endpoint (FI_OPT_BUFFERED_LIMIT; FI_OFI_RXM_BUFFER_SIZE, default 16384),
+  // at most kFabricMaxEagerBytes. Any other provider: its inject size.
+  size_t eager_size() const { return eager_size_; }
 
   // Inserts the addresses of every world rank (index = world rank).
   Status InsertPeers(const std::vector<std::string>& addresses);
@@ -115,6 +125,7 @@ class FabricEndpoint {
   fid_cq* cq_ = nullptr;
   fid_ep* ep_ = nullptr;
   bool mr_local_ = false;
+  size_t eager_size_ = 0;  // set once in Open
   std::string provider_name_;
   std::string address_;
   std::vector<fi_addr_t> fi_addresses_;                    // set once before any transfer

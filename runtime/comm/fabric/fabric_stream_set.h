@@ -1,6 +1,6 @@
 // FabricStreamSet: the segmented messages ("streams") of one fabric operation between this rank
 // and its peers, posted through a FabricTransfer within a window of segments per stream, with
-// the clear-to-send handshake above the inject size. FabricCommunicator's operations are built
+// the clear-to-send handshake above the eager size. FabricCommunicator's operations are built
 // from it.
 //
 // Contract: one operation's object, used by the one thread that runs the operation; it borrows
@@ -29,7 +29,7 @@ namespace zs {
 inline constexpr int kFabricMaxSegments = (1 << 20) - 1;  // the tag's segment field
 
 // The tags of one stream, without the segment field: its data, and the clear-to-send messages
-// that its receiver returns (see [Note: rendezvous above the inject size]).
+// that its receiver returns (see [Note: rendezvous above the eager size]).
 struct FabricStreamTags {
   uint64_t data = 0;
   uint64_t clear_to_send = 0;
@@ -38,22 +38,23 @@ struct FabricStreamTags {
 // One segmented message between this rank and one peer. Segment s lives at
 // base + (ring ? s % ring : s) * segment and has min(segment, bytes - s * segment) bytes.
 //
-// [Note: rendezvous above the inject size] A segment of more than `rendezvous_bytes` is sent
+// [Note: rendezvous above the eager size] A segment of more than `rendezvous_bytes` is sent
 // only after its receive is posted: the receiver posts the receive, then sends an empty
 // clear-to-send message (tag `cts_tag` | segment); the sender posts the data when that arrives.
-// Providers may hold a send above their inject size until the receiver matches it, and nothing
+// Providers may hold a send above their eager size until the receiver matches it, and nothing
 // in libfabric promises that such a send leaves the endpoint's other sends alone: the shm
 // provider (1.17) completes its large (CMA) sends through one in-order response queue per
 // endpoint, so one unmatched large send withholds the completion of every later large send of
 // the endpoint, to any peer and of any communicator sharing it (libfabric issue #9853). A
-// segment at or below the inject size is copied by the provider when posted (shm writes it
-// into the receiver's queue and completes it at once) and needs no handshake, so small
+// segment at or below the eager size completes without its receive (shm copies it into the
+// receiver's queue when posted; rxm writes it to the socket and the receiver's rxm buffers it
+// until matched: [Note: eager sizes] in fabric_endpoint.cc) and needs no handshake, so small
 // messages cost no extra round trip. Every rank agrees on `rendezvous_bytes` at connect.
 //
 // [Note: direct copy] When every rank of the group runs on this host and can read the others'
 // memory with process_vm_readv (probed at connect, FabricTuning::direct_copy), a segment above
 // `rendezvous_bytes` moves without a large libfabric message: the sender sends a descriptor
-// (address, length, the stream's total bytes; 24 bytes, below every inject size) with the
+// (address, length, the stream's total bytes; 24 bytes, eager in every provider) with the
 // segment's data tag, and the receiver, once its window and gating allow, copies the segment
 // straight from the sender's buffer into its own (one copy, by the receiving thread, with no
 // provider lock held) and returns a "done" word on the clear-to-send tag, which completes the
@@ -154,7 +155,7 @@ class FabricStreamSet {
           }
           continue;
         }
-        // See [Note: rendezvous above the inject size]. A sender waits for the clear-to-send
+        // See [Note: rendezvous above the eager size]. A sender waits for the clear-to-send
         // (Finish posts the data); a receiver posts its receive first, then clears the send.
         const uint64_t cts_tag = s.cts_tag | uint64_t(seg);
         const uint64_t cts_cookie = Cookie(int(i), seg, Part::kClearToSend);
