@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "runtime/base/check.h"
+#include "runtime/nn/softmax_kernels.h"
 
 namespace zs::nn {
 
@@ -16,17 +17,11 @@ double CrossEntropyForward(const float* logits, std::span<const int32_t> targets
              vocab);
     const float* l = logits + static_cast<int64_t>(r) * vocab;
     float* p = probs + static_cast<int64_t>(r) * vocab;
-    const float max = *std::max_element(l, l + vocab);
-    const float target_logit = l[target];
-    double sum = 0.0;
-    for (int64_t j = 0; j < vocab; ++j) {
-      const float e = std::exp(l[j] - max);
-      p[j] = e;
-      sum += e;
-    }
+    const float max = RowMax(l, vocab);
+    const float target_logit = l[target];  // read before p (which may alias l) overwrites it
+    const double sum = ExpShifted(l, vocab, max, p);
     total += static_cast<double>(max) + std::log(sum) - static_cast<double>(target_logit);
-    const float inv = static_cast<float>(1.0 / sum);
-    for (int64_t j = 0; j < vocab; ++j) p[j] *= inv;
+    ScaleRow(p, vocab, static_cast<float>(1.0 / sum));
   }
   return targets.empty() ? 0.0 : total / static_cast<double>(targets.size());
 }

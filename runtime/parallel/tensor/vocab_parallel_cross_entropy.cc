@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "runtime/nn/softmax_kernels.h"
 #include "runtime/parallel/tensor/vocab_parallel_embedding.h"
 
 namespace zs::tp {
@@ -28,7 +29,7 @@ StatusOr<double> VocabParallelCrossEntropyForward(Communicator& tp, const float*
     ZS_CHECK(target >= 0 && target < shard.vocab, "target {} at row {} is not in [0, {})", target,
              r, shard.vocab);
     const float* l = logits + r * n;
-    max[r] = valid > 0 ? *std::max_element(l, l + valid) : -std::numeric_limits<float>::infinity();
+    max[r] = nn::RowMax(l, valid);  // -infinity for a shard of padding only
     const int64_t local_target = target - shard.start;
     sums[rows + r] = local_target >= 0 && local_target < valid ? l[local_target] : 0.0f;
   }
@@ -38,12 +39,7 @@ StatusOr<double> VocabParallelCrossEntropyForward(Communicator& tp, const float*
   for (int64_t r = 0; r < rows; ++r) {
     const float* l = logits + r * n;
     float* p = probs + r * n;
-    double sum = 0.0;
-    for (int64_t j = 0; j < valid; ++j) {
-      const float e = std::exp(l[j] - max[r]);
-      p[j] = e;
-      sum += e;
-    }
+    const double sum = nn::ExpShifted(l, valid, max[r], p);
     std::fill(p + valid, p + n, 0.0f);
     sums[r] = static_cast<float>(sum);
   }
@@ -53,9 +49,7 @@ StatusOr<double> VocabParallelCrossEntropyForward(Communicator& tp, const float*
   for (int64_t r = 0; r < rows; ++r) {
     total += static_cast<double>(max[r]) + std::log(static_cast<double>(sums[r])) -
              static_cast<double>(sums[rows + r]);
-    const float inv = 1.0f / sums[r];
-    float* p = probs + r * n;
-    for (int64_t j = 0; j < valid; ++j) p[j] *= inv;
+    nn::ScaleRow(probs + r * n, valid, 1.0f / sums[r]);
   }
   return rows == 0 ? 0.0 : total / static_cast<double>(rows);
 }
