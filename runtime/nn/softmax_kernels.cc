@@ -21,10 +21,13 @@ namespace zs::nn {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// Room for any target's vector (SVE's lane count is known only at run time).
+constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
+
 // A partial last vector: its lanes copied into a full vector whose other lanes hold `pad`.
 template <class D>
 HWY_INLINE hn::Vec<D> LoadTail(D d, const float* x, size_t count, float pad) {
-  HWY_ALIGN float buf[hn::MaxLanes(d)];
+  HWY_ALIGN float buf[kMaxLanes];
   std::fill(buf, buf + hn::Lanes(d), pad);
   std::copy(x, x + count, buf);
   return hn::Load(d, buf);
@@ -32,7 +35,7 @@ HWY_INLINE hn::Vec<D> LoadTail(D d, const float* x, size_t count, float pad) {
 
 template <class D>
 HWY_INLINE void StoreTail(D d, hn::Vec<D> v, size_t count, float* out) {
-  HWY_ALIGN float buf[hn::MaxLanes(d)];
+  HWY_ALIGN float buf[kMaxLanes];
   hn::Store(v, d, buf);
   std::copy(buf, buf + count, out);
 }
