@@ -166,6 +166,8 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
   gpt_config.layers = args.layers;
   gpt_config.hidden = args.hidden;
   gpt_config.heads = args.heads;
+  gpt_config.layer_drop = args.layer_drop;  // [Note: LayerDrop]: drawn from the seed
+  gpt_config.layer_drop_seed = args.seed;
   std::unique_ptr<TraceRecorder> trace;
   if (!args.trace.empty()) trace = std::make_unique<TraceRecorder>(rank);
   // Data parallel only: nn::Gpt over one engine. On a grid: GridGpt (tensor-parallel layers,
@@ -366,7 +368,8 @@ Status RunRank(const Shared& shared, Communicator& comm, MemoryTracker& tracker)
       auto last_note = t0;
       for (int64_t m = 0; m < split.accumulation_steps; ++m) {
         ZS_RETURN_IF_ERROR(sampler.FillMicroBatch(step, split, rank, int(m), inputs, targets));
-        ZS_ASSIGN_OR_RETURN(float l, gpt->ForwardBackward(*engine, inputs, targets, B, T));
+        ZS_ASSIGN_OR_RETURN(float l, gpt->ForwardBackward(*engine, inputs, targets, B, T,
+                                                          nn::LayerDropKey{step, m, rank}));
         loss += double(l) / double(split.accumulation_steps);
         const auto now = std::chrono::steady_clock::now();
         if (lead && now - last_note > std::chrono::seconds(30)) {
@@ -702,6 +705,15 @@ int main(int argc, char** argv) {
     shared.args.print_every = int(std::min<int64_t>(shared.config.steps_per_print, 1 << 30));
   }
   if (args.stage >= 0) shared.config.zero_optimization.stage = args.stage;
+  if (args.layer_drop > 0) {
+    // [Note: LayerDrop]: ranks skip different blocks, which the engine must allow.
+    if (args.grid()) {
+      fmt::print(stderr, "train_gpt: --layer-drop {} is for data-parallel runs; the grid flags "
+                         "(--tp, --pp, --experts, ...) do not take it\n", args.layer_drop);
+      return 2;
+    }
+    shared.config.zerostack.allow_unused_units = true;
+  }
   if (!args.nvme_path.empty()) {
     shared.config.zero_optimization.offload_optimizer.nvme_path = args.nvme_path;
     shared.config.zero_optimization.offload_param.nvme_path = args.nvme_path;

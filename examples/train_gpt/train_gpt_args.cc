@@ -17,6 +17,12 @@ void AddTrainGptFlags(CLI::App& app, Args& args) {
   app.add_option("--layers", args.layers, "transformer blocks")->check(CLI::Range(1, 1024));
   app.add_option("--hidden", args.hidden, "hidden size")->check(CLI::Range(1, 1 << 16));
   app.add_option("--heads", args.heads, "attention heads")->check(CLI::Range(1, 1024));
+  app.add_option("--layer-drop", args.layer_drop,
+                 "LayerDrop: the probability in [0, 1) that training skips each transformer "
+                 "block of a micro-batch (sets zerostack.allow_unused_units; data parallel "
+                 "only; at stage 3 blocks must be persistent: "
+                 "stage3_param_persistence_threshold)")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--seq", args.seq, "sequence length")->check(CLI::Range(1, 1 << 16));
   app.add_option("--micro-batch", args.micro_batch,
                  "sequences per rank per micro-batch (overrides train_micro_batch_size_per_gpu)")

@@ -26,6 +26,9 @@ struct Args {
   int hidden = 128;
   int heads = 4;
   int seq = 64;
+  // LayerDrop ([Note: LayerDrop] in runtime/nn/gpt.h): the probability in [0, 1) that training
+  // skips each block of a micro-batch; > 0 sets zerostack.allow_unused_units. Data parallel only.
+  double layer_drop = 0.0;
   int micro_batch = 0;  // 0: the config's train_micro_batch_size_per_gpu
   // [Note: "auto" as the Hugging Face integration fills it] What train_gpt supplies for a
   // config's "auto" keys, with the Hugging Face TrainingArguments' defaults.

@@ -109,6 +109,15 @@ std::vector<GroupHyper> ZeroEngine::Impl::GroupHypers(const OptimizerHyper& hype
     }
     out.push_back(h);
   }
+  if (frozen_group_ >= 0) {
+    // [Note: frozen units]: frozen parameters of mixed units. With learning rate 0, no decay,
+    // a zero gradient and states at their initial values, every kind's update leaves the
+    // master's bits as they are, -0.0 included: AdamW and Lion multiply by 1 - 0 * 0 = 1 and
+    // every kind then subtracts +0 (a product with lr = +0 of a zero or finite value).
+    GroupHyper frozen = out[0];
+    frozen.lr = 0.0f;
+    out.push_back(frozen);
+  }
   return out;
 }
 
@@ -118,7 +127,15 @@ Status ZeroEngine::Impl::Init(const ParamInit& init) {
   const int rank = dp_.rank();
   // Before any collective: every rank has the same config and model, so all fail alike.
   ZS_RETURN_IF_ERROR(CheckParamGroups());
-  ZS_RETURN_IF_ERROR(CheckFrozenUnits());
+  // [Note: frozen units]: the frozen parameters of units that also train step in a group of
+  // their own, with learning rate 0, after the config's groups.
+  for (const UnitSpec& unit : model_.units) {
+    for (const ParamSpec& p : unit.params) {
+      if (!p.trainable && !unit.frozen()) {
+        frozen_group_ = int(config_.zerostack.param_groups.size()) + 1;
+      }
+    }
+  }
   ZS_ASSIGN_OR_RETURN(gather_comm_, dp_.Split(0, rank, dp_.group_name() + ".gather"));
   ZS_ASSIGN_OR_RETURN(reduce_comm_, dp_.Split(0, rank, dp_.group_name() + ".reduce"));
 
@@ -141,6 +158,9 @@ Status ZeroEngine::Impl::Init(const ParamInit& init) {
     }
     units_.emplace_back(std::move(*layout));
     units_.back().frozen = frozen;
+    for (size_t p = 0; p < model_.units[u].params.size() && !frozen; ++p) {
+      if (!model_.units[u].params[p].trainable) units_.back().frozen_params.push_back(int(p));
+    }
   }
 
   for (size_t u = 0; u < units_.size(); ++u) {
@@ -168,7 +188,8 @@ Status ZeroEngine::Impl::Init(const ParamInit& init) {
     if (s.grads) std::memset(s.grads.data(), 0, s.grads.size());
 
     // Weight decay as metadata: one segment per parameter part in the optimizer range, and
-    // decay-free segments over gaps and padding.
+    // decay-free segments over gaps and padding. A frozen parameter of a mixed unit: no decay,
+    // in the frozen group (learning rate 0).
     if (!s.frozen) {
       int64_t at = 0;
       for (int p = 0; p < s.layout.num_params(); ++p) {
@@ -178,6 +199,11 @@ Status ZeroEngine::Impl::Init(const ParamInit& init) {
         const int64_t b = part.begin.value() - s.opt_begin, e = part.end.value() - s.opt_begin;
         if (b > at) s.segments.push_back({at, b, 0.0f});
         const ParamSpec& spec = model_.units[u].params[p];
+        if (!spec.trainable) {
+          s.segments.push_back({b, e, 0.0f, frozen_group_});
+          at = e;
+          continue;
+        }
         const int group = GroupIndex(spec);
         const std::optional<double> group_wd =
             group > 0 ? config_.zerostack.param_groups[size_t(group - 1)].weight_decay
@@ -191,6 +217,7 @@ Status ZeroEngine::Impl::Init(const ParamInit& init) {
   }
   ZS_RETURN_IF_ERROR(CreateOptimizerStore());
   if (params_on_nvme()) ZS_RETURN_IF_ERROR(CreateParamStore());
+  LogMixedUnits();
 
   // Initial values: every rank computes each parameter in full and keeps what it owns.
   for (size_t u = 0; u < units_.size(); ++u) {
@@ -247,9 +274,8 @@ Status ZeroEngine::Impl::Init(const ParamInit& init) {
   if (stage() == 3) {
     std::vector<GatherUnitInfo> infos;
     for (size_t u = 0; u < units_.size(); ++u) {
-      infos.push_back(GatherUnitInfo{
-          model_.units[u].name, units_[u].layout.shard_size(), units_[u].params.data(),
-          model_.units[u].numel() <= zero.stage3_param_persistence_threshold});
+      infos.push_back(GatherUnitInfo{model_.units[u].name, units_[u].layout.shard_size(),
+                                     units_[u].params.data(), persistent(int(u))});
     }
     GatherOptions options;
     options.dtype = dtype_;
@@ -588,6 +614,9 @@ Status ZeroEngine::EndBackward(int unit) { return impl_->End(unit, true); }
 std::span<const float> ZeroEngine::Param(int unit, int param) { return impl_->Param(unit, param); }
 std::span<float> ZeroEngine::Grad(int unit, int param) { return impl_->Grad(unit, param); }
 void ZeroEngine::SetMicroBatch(int micro_batch) { impl_->SetMicroBatch(micro_batch); }
+bool ZeroEngine::AllowsUnusedUnit(int unit) const {
+  return impl_->config_.zerostack.allow_unused_units && (stage() < 3 || impl_->persistent(unit));
+}
 float ZeroEngine::backward_scale() const { return impl_->backward_scale(); }
 StatusOr<StepResult> ZeroEngine::Step() { return impl_->Step(); }
 Status ZeroEngine::BeginEvaluation() { return impl_->BeginEvaluation(); }

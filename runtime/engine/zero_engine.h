@@ -36,22 +36,41 @@
 // - Evaluation: forward passes without backward between steps, in an evaluation bracket
 //   (BeginEvaluation / EndEvaluation, [Note: evaluation] below); outside one, every forward
 //   needs its backward before Step().
-// - [Note: frozen units] A parameter with ParamSpec::trainable false is frozen, and frozen-ness
-//   is per unit: every parameter of a unit must agree (Create: InvalidArgument naming the unit
-//   and both kinds of parameters); to freeze part of a module, give it a unit of its own. Why:
-//   a unit is one flat buffer under one ShardLayout, and a rank's gradient shard, optimizer
-//   range and parameter shard are the same elements of it. A frozen subset would need a second
-//   layout over the trainable elements, whose shards are other elements than the parameter
-//   shards, and so another collective after each step to bring updated values to their
-//   parameter owners (FSDP's flat parameters ask the same: requires_grad uniform per flat
-//   parameter). A frozen unit keeps its parameters (compute dtype, as its stage shards them,
-//   gathered per use at stage 3) and nothing else: no gradient buffer, no optimizer tiles (so no
-//   fp32 master either: its values are its compute-dtype parameters, which never change), no
-//   bucket in the reducer, no part in the gradient norm or the fp16 overflow check, no
-//   all-gather after a step. Its backward brackets still run (the model passes the gradient on
-//   through it) and Grad() gives the transient fp32 staging as a scratch buffer whose contents
-//   are dropped at the last EndBackward. Checkpoints save its owned values as "master" with no
-//   states and load them back; GatherMasterParam (the safetensors export) reads them widened.
+// - [Note: frozen units] A parameter with ParamSpec::trainable false is frozen: its values are
+//   used as usual and never change. What the engine saves for it depends on its unit:
+//   - A wholly frozen unit (every parameter frozen) keeps its parameters (compute dtype, as its
+//     stage shards them, gathered per use at stage 3) and nothing else: no gradient buffer, no
+//     optimizer tiles (so no fp32 master either: its values are its compute-dtype parameters,
+//     which never change), no bucket in the reducer, no part in the gradient norm or the fp16
+//     overflow check, no all-gather after a step. Its backward brackets still run (the model
+//     passes the gradient on through it) and Grad() gives the transient fp32 staging as a
+//     scratch buffer whose contents are dropped at the last EndBackward. Checkpoints save its
+//     owned values as "master" with no states and load them back; GatherMasterParam (the
+//     safetensors export) reads them widened.
+//   - A mixed unit (frozen and trainable parameters: LoRA's frozen weight beside its adapters,
+//     partial fine-tuning; PyTorch FSDP's use_orig_params=True) trains, and keeps its gradient
+//     buffer and optimizer tiles over the whole unit: the memory saving is for wholly frozen
+//     units only, as FSDP keeps a full flat gradient for a flat parameter that mixes
+//     requires_grad. Why: a unit is one flat buffer under one ShardLayout, and a rank's gradient
+//     shard, optimizer range and parameter shard are the same elements of it; leaving the frozen
+//     elements out would need a second layout over the trainable ones, whose shards are other
+//     elements than the parameter shards, and another collective after each step to bring
+//     updated values to their parameter owners. Create logs (dp rank 0) one line per mixed unit
+//     naming its frozen parameters and the gradient and optimizer bytes kept for them; the
+//     memory tracker counts them. The frozen elements take part in nothing: their fp32
+//     gradient is set to exact zeros before each reduction, whatever the model wrote there (Grad
+//     is scratch for them too: an inf or NaN written there reaches neither the norm nor the
+//     fp16 overflow check), and their segments step in a parameter group of their own after
+//     the config's ([Note: parameter groups] in optimizers/optimizer_spec.h) with learning rate
+//     0 and no weight decay, under every tier (device, CPU and NVMe offload: one tile loop).
+//     With a zero gradient and initial states, every optimizer kind's update is then w * 1 - (+0)
+//     (zero_engine.cc, GroupHypers): the master keeps its bits, -0.0 included, its states stay
+//     initial, and param_out rewrites the same compute-dtype values. The zeros are what this
+//     rests on: lr 0 alone would still turn a -0.0 into +0.0 (w - (0 * m) with m < 0 is
+//     -0.0 + 0.0) and let garbage in as NaN (0 * NaN). Checkpoints save a frozen
+//     parameter of a mixed unit as its master alone and load it back with initial states (so
+//     a checkpoint from a run where it trained, or where it had a unit of its own, loads too).
+//   To save a frozen parameter's gradient and optimizer memory, give it a unit of its own.
 // - [Note: unused units] With zerostack.allow_unused_units a micro-batch may leave units out
 //   (conditional computation). Ranks must still make the same collectives in the same order
 //   and no rank knows which units the others ran, so each micro-batch's units are reduced in
@@ -63,8 +82,12 @@
 //   before one above it holds its fp32 staging until its turn (nothing extra for a backward in
 //   reverse unit order). A forward of a unit after its zero reduction is FailedPrecondition.
 //   Each rank runs at least one backward bracket per micro-batch (one that ran nothing cannot
-//   tell the micro-batch happened). With EngineParallelism::reduce_per_step, units without a
-//   bracket in the whole step are reduced as zeros at Step(). Without the option every rank
+//   tell the micro-batch happened). At stage 3 a unit's forward gathers it, a collective of
+//   the dp group, so a unit that some ranks run and others leave out must be persistent
+//   (stage3_param_persistence_threshold; AllowsUnusedUnit says which): otherwise its gather
+//   waits for ranks that never call it and fails at comm_timeout_ms, naming the unit. With
+//   EngineParallelism::reduce_per_step, units without a bracket in the whole step are reduced
+//   as zeros at Step(). Without the option every rank
 //   runs every unit in every micro-batch: Step() fails naming a unit not run (where ranks
 //   disagree, their collectives mismatch and time out first). Stages 0-3 reduce the same
 //   values in the same order: bit-identical.
@@ -277,6 +300,8 @@ class ZeroEngine final : public UnitAccess {
   std::span<float> Grad(int unit, int param) override;
   float backward_scale() const override;
   void SetMicroBatch(int micro_batch) override;
+  // zerostack.allow_unused_units, and at stage 3 the unit persistent ([Note: unused units]).
+  bool AllowsUnusedUnit(int unit) const override;
 
   // Collective. Ends the accumulation window: requires gradient_accumulation_steps complete
   // micro-batches since the last Step (FailedPrecondition naming the count otherwise).

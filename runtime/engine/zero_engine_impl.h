@@ -68,6 +68,9 @@ struct UnitState {
   // `grads` and `tiles` stay empty, the reducer's plan of the unit has no bucket, and the fp32
   // values over the optimizer range are read from `params`.
   bool frozen = false;
+  // A unit mixing frozen and trainable parameters: the frozen ones' indices (else empty). Their
+  // gradient is zeroed before each reduction and their segments step in the frozen group.
+  std::vector<int> frozen_params;
   // Stages 0-2: padded unit; stage 3: this rank's shard (compute dtype). Device memory, or host
   // memory under offload_param cpu (none under nvme: param_store_ holds it).
   TieredBuffer params;
@@ -210,12 +213,19 @@ class ZeroEngine::Impl {
   Status NoteForwardOrdered(int unit, int micro_batch);
   void NoteBackwardOrdered(int micro_batch);
   Status AdvanceOrdered(int micro_batch);
+  // Stage 3: a unit small enough to stay gathered (stage3_param_persistence_threshold).
+  bool persistent(int unit) const {
+    return model_.units[size_t(unit)].numel() <=
+           config_.zero_optimization.stage3_param_persistence_threshold;
+  }
   bool ordered_reduction() const {
     return config_.zerostack.allow_unused_units && !parallel_.reduce_per_step;
   }
-  // [Note: frozen units]: InvalidArgument naming a unit that mixes frozen and trainable
-  // parameters.
-  Status CheckFrozenUnits() const;
+  // [Note: frozen units]: one log line (dp rank 0) per unit mixing frozen and trainable
+  // parameters, naming them and the gradient and optimizer bytes this rank keeps for them.
+  void LogMixedUnits() const;
+  // [Note: frozen units]: zeroes the frozen parameters' part of a mixed unit's fp32 gradient.
+  void ZeroFrozenGradients(int unit, float* grad) const;
   // The fp32 values of a unit over this rank's optimizer range (opt_size elements): the master
   // from the optimizer tiles, or a frozen unit's parameters widened.
   Status ReadOptimizerRange(int unit, std::vector<float>& out);
@@ -267,6 +277,10 @@ class ZeroEngine::Impl {
   std::unique_ptr<LrSchedule> schedule_;
   CpuOptimizer optimizer_;
   int64_t step_ = 0;
+  // [Note: frozen units]: the parameter group (ShardSegment::group) of the frozen parameters of
+  // mixed units: lr 0, after optimizer.params' group 0 and the config's param_groups; -1 when
+  // the model has no mixed unit.
+  int frozen_group_ = -1;
   int micro_batch_ = 0;  // SetMicroBatch's
   bool prepared_ = false;  // between PrepareStep and FinishStep
   bool evaluating_ = false;  // between BeginEvaluation and EndEvaluation

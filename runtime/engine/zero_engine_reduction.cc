@@ -1,7 +1,7 @@
 // ZeroEngine's hand-over of each unit's micro-batch gradient to the reducer: at the unit's last
 // EndBackward, or with zerostack.allow_unused_units in one agreed order with zeros for the
-// units a micro-batch left out ([Note: unused units] in zero_engine.h); and which units are
-// frozen ([Note: frozen units]).
+// units a micro-batch left out ([Note: unused units] in zero_engine.h); and the frozen parameters
+// of units that also train ([Note: frozen units]).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -9,22 +9,55 @@
 #include <cstring>
 
 #include "runtime/base/check.h"
+#include "runtime/base/log.h"
+#include "runtime/device/memory_tracker.h"
 #include "runtime/engine/zero_engine_impl.h"
 
 namespace zs {
 
-Status ZeroEngine::Impl::CheckFrozenUnits() const {
-  for (const UnitSpec& unit : model_.units) {
+void ZeroEngine::Impl::LogMixedUnits() const {
+  if (dp_.rank() != 0) return;
+  const OptimizerHyper hyper = Hyper(0.0);
+  const int num_states = NumStates(hyper.kind, hyper.beta1);
+  const size_t elem = DTypeSize(dtype_);
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const UnitState& s = units_[u];
+    if (s.frozen_params.empty()) continue;
+    const UnitSpec& spec = model_.units[u];
+    // The frozen elements this rank keeps a gradient and optimizer state for.
+    const int64_t grad_size = int64_t(s.grads.size() / elem);
+    const UnitRange grad_range{UnitOffset(s.grad_base), UnitOffset(s.grad_base + grad_size)};
+    const UnitRange opt_range{UnitOffset(s.opt_begin), UnitOffset(s.opt_begin + s.opt_size)};
     std::vector<std::string> frozen, trainable;
-    for (const ParamSpec& p : unit.params) (p.trainable ? trainable : frozen).push_back(p.name);
-    if (!frozen.empty() && !trainable.empty()) {
-      return InvalidArgumentError(fmt::format(
-          "unit '{}' mixes frozen parameters ({}) with trainable ones ({}); the engine freezes "
-          "whole units: give the frozen parameters a unit of their own",
-          unit.name, fmt::join(frozen, ", "), fmt::join(trainable, ", ")));
+    int64_t grad_elements = 0, opt_elements = 0;
+    for (int p = 0; p < s.layout.num_params(); ++p) {
+      const ParamSpec& param = spec.params[size_t(p)];
+      (param.trainable ? trainable : frozen).push_back(param.name);
+      if (param.trainable) continue;
+      const UnitRange where = s.layout.ParamRangeInUnit(p);
+      grad_elements += where.Intersect(grad_range).size();
+      opt_elements += where.Intersect(opt_range).size();
     }
+    const int64_t grad_bytes = grad_elements * int64_t(elem);
+    const int64_t state_bytes = opt_elements * int64_t(sizeof(float)) +
+                                num_states * StateBytes(state_dtype(), opt_elements);
+    ZS_LOG_RANK(kInfo, dp_.rank(),
+                "unit '{}' mixes frozen parameters ({}) with trainable ones ({}): it keeps its "
+                "gradient and optimizer state over the whole unit, {} of gradients and {} of "
+                "fp32 master and optimizer states on rank 0 for the frozen elements, which never "
+                "change; give the frozen parameters a unit of their own to save them ([Note: "
+                "frozen units])",
+                spec.name, fmt::join(frozen, ", "), fmt::join(trainable, ", "),
+                FormatBytes(grad_bytes), FormatBytes(state_bytes));
   }
-  return OkStatus();
+}
+
+void ZeroEngine::Impl::ZeroFrozenGradients(int unit, float* grad) const {
+  const UnitState& s = units_[size_t(unit)];
+  for (int p : s.frozen_params) {
+    const UnitRange where = s.layout.ParamRangeInUnit(p);
+    std::fill_n(grad + where.begin.value(), where.size(), 0.0f);
+  }
 }
 
 Status ZeroEngine::Impl::ReduceMicroBatch(int unit, MicroBatchUse& use, bool accumulate) {
@@ -34,6 +67,9 @@ Status ZeroEngine::Impl::ReduceMicroBatch(int unit, MicroBatchUse& use, bool acc
     s.Drop(use.micro_batch);
     return OkStatus();
   }
+  // A mixed unit: whatever the model wrote for its frozen parameters (scratch, possibly inf or
+  // NaN) becomes exact zeros, so the reduction, the norm and the optimizer see none of it.
+  ZeroFrozenGradients(unit, use.grad_staging.data_as<float>());
   Status status;
   {
     TraceRecorder::Span span = Traced(track_reduce_, "reduce", name);

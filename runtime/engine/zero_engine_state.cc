@@ -102,6 +102,8 @@ Status ZeroEngine::VisitOwnedState(const std::function<Status(const OwnedParamSt
                "owned part of unit {} param {} outside the optimizer "
                "range",
                u, p);
+      // A frozen parameter of a mixed unit, too: its master alone (its states never move).
+      const int param_states = m.model_.units[u].params[size_t(p)].trainable ? unit_states : 0;
       OwnedParamState st;
       st.unit = int(u);
       st.param = p;
@@ -113,7 +115,7 @@ Status ZeroEngine::VisitOwnedState(const std::function<Status(const OwnedParamSt
       master.data.resize(size_t(n) * sizeof(float));
       std::memcpy(master.data.data(), r.master.data() + o, master.data.size());
       st.arrays.push_back(std::move(master));
-      for (int i = 0; i < unit_states; ++i) {
+      for (int i = 0; i < param_states; ++i) {
         OwnedArray a;
         a.kind = kArrayKinds[1 + i];
         a.dtype = dtype_name;
@@ -172,12 +174,14 @@ Status ZeroEngine::LoadOwnedState(const OwnedStateSource& source,
         const UnitRange part = where.Intersect(opt_range);
         if (part.empty()) continue;
         const int64_t o = part.begin.value() - s.opt_begin, n = part.size();
+        // A frozen parameter of a mixed unit loads its master; its states stay initial.
+        const int param_states = spec.params[size_t(p)].trainable ? unit_states : 0;
         OwnedStateRequest req;
         req.unit = int(u);
         req.param = p;
         req.begin = part.begin - where.begin;
         req.end = req.begin + n;
-        req.num_states = unit_states;
+        req.num_states = param_states;
         req.state_dtype = dtype_name;
         req.block_origin = req.begin - o % kQuantBlock;
         const std::string what = fmt::format("unit '{}' parameter '{}' [{}, {})", spec.name,
@@ -188,9 +192,9 @@ Status ZeroEngine::LoadOwnedState(const OwnedStateSource& source,
                         fmt::format("loading {}: {}", what, got.status().message()));
         }
         const OwnedParamState& st = *got;
-        if (int(st.arrays.size()) != 1 + unit_states) {
+        if (int(st.arrays.size()) != 1 + param_states) {
           return InvalidArgumentError(fmt::format("loading {}: {} arrays, the optimizer keeps {}",
-                                                  what, st.arrays.size(), 1 + unit_states));
+                                                  what, st.arrays.size(), 1 + param_states));
         }
         const OwnedArray& master = st.arrays[0];
         if (master.dtype != "f32" || int64_t(master.data.size()) != n * 4) {
@@ -199,7 +203,7 @@ Status ZeroEngine::LoadOwnedState(const OwnedStateSource& source,
                           master.data.size(), master.dtype, n * 4));
         }
         std::memcpy(r.master.data() + o, master.data.data(), master.data.size());
-        for (int i = 0; i < unit_states; ++i) {
+        for (int i = 0; i < param_states; ++i) {
           const OwnedArray& a = st.arrays[size_t(1 + i)];
           const int64_t b0 = o / kQuantBlock, b1 = (o + n - 1) / kQuantBlock + 1;
           if (a.dtype == dtype_name) {

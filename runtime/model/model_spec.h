@@ -43,9 +43,11 @@ struct ParamSpec {
   // rank holds alike (a router: counted once).
   bool expert_parallel = false;
   // false: a frozen parameter (PyTorch's requires_grad=False). Its value is used as usual but
-  // never changes; a ZeroEngine keeps no gradient, no optimizer state and no fp32 master for it
-  // and leaves it out of the gradient norm ([Note: frozen units] in runtime/engine/zero_engine.h:
-  // the engine needs every parameter of a unit to agree).
+  // never changes, and a ZeroEngine leaves it out of the gradient norm and the fp16 overflow
+  // check ([Note: frozen units] in runtime/engine/zero_engine.h). In a unit whose parameters are
+  // all frozen, the engine keeps no gradient, no optimizer state and no fp32 master for them; a
+  // unit mixing frozen and trainable parameters (LoRA) keeps both over the whole unit, so give
+  // frozen parameters a unit of their own to save that memory.
   bool trainable = true;
   int64_t numel() const;
 };

@@ -35,6 +35,11 @@
 //   micro-batch) has its own Grad buffer, and its gradient is complete at that micro-batch's
 //   last EndBackward on the unit. A caller that runs one micro-batch at a time never needs it.
 //   The default ignores it (an access with nothing to reduce).
+// - AllowsUnusedUnit(u): whether a micro-batch on this rank may leave unit u out altogether (no
+//   bracket of it: conditional computation, LayerDrop), whatever the other ranks do. Model code
+//   that may skip units checks it before opening any bracket. False unless the access says
+//   otherwise (a ZeroEngine: with zerostack.allow_unused_units, at stage 3 for persistent units
+//   only, [Note: unused units] in zero_engine.h).
 // - backward_scale() is the value to seed backward with (d loss / d loss): the loss scale
 //   divided by the number of micro-batches in the global batch, so that the reduced gradients
 //   are those of the global mean loss.
@@ -65,6 +70,11 @@ class UnitAccess {
   virtual std::span<float> Grad(int unit, int param) = 0;
 
   virtual void SetMicroBatch(int micro_batch) { (void)micro_batch; }
+
+  virtual bool AllowsUnusedUnit(int unit) const {
+    (void)unit;
+    return false;
+  }
 
   virtual float backward_scale() const = 0;
 };

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <string>
 
+#include "runtime/base/splitmix64.h"
 #include "runtime/nn/cross_entropy.h"
 #include "runtime/nn/gemm.h"
 
@@ -26,6 +27,10 @@ Status GptConfig::Validate() const {
   if (heads <= 0 || hidden % heads != 0) {
     return InvalidArgumentError(
         fmt::format("gpt: hidden {} is not a positive multiple of heads {}", hidden, heads));
+  }
+  if (!(layer_drop >= 0.0 && layer_drop < 1.0)) {  // NaN too
+    return InvalidArgumentError(
+        fmt::format("gpt: layer_drop {} is not a probability in [0, 1)", layer_drop));
   }
   if (vocab > INT32_MAX) {
     return InvalidArgumentError(fmt::format("gpt: vocab {} does not fit int32 tokens", vocab));
@@ -63,6 +68,7 @@ Gpt::Gpt(const GptConfig& config, MemoryTracker* tracker)
     init_.push_back(std::move(kinds));
   }
   x_.resize(config.layers + 1);
+  dropped_.assign(size_t(config.layers), false);
 }
 
 Gpt::~Gpt() = default;
@@ -122,9 +128,31 @@ Status Gpt::CheckInputs(const UnitAccess& access, std::span<const int32_t> token
   return OkStatus();
 }
 
+bool Gpt::DropsBlock(const LayerDropKey& key, int layer) const {
+  if (config_.layer_drop <= 0.0) return false;
+  uint64_t h = SplitMix64(config_.layer_drop_seed);
+  for (uint64_t x :
+       {uint64_t(key.step), uint64_t(key.micro_batch), uint64_t(key.rank), uint64_t(layer)}) {
+    h = SplitMix64(h ^ x);
+  }
+  // The top 53 bits as a uniform double in [0, 1).
+  return double(h >> 11) * 0x1.0p-53 < config_.layer_drop;
+}
+
 StatusOr<float> Gpt::RunForward(UnitAccess& access, std::span<const int32_t> tokens,
-                                std::span<const int32_t> targets, int64_t batch, int64_t seq) {
+                                std::span<const int32_t> targets, int64_t batch, int64_t seq,
+                                const LayerDropKey* drop) {
   ZS_RETURN_IF_ERROR(CheckInputs(access, tokens, targets, batch, seq));
+  for (int l = 0; drop != nullptr && config_.layer_drop > 0.0 && l < config_.layers; ++l) {
+    if (access.AllowsUnusedUnit(block_unit(l))) continue;
+    const UnitSpec& unit = spec_.units[size_t(block_unit(l))];
+    return FailedPreconditionError(fmt::format(
+        "gpt: layer_drop {} leaves blocks out of micro-batches, rank by rank, which this "
+        "UnitAccess does not allow for unit '{}' (a ZeroEngine needs "
+        "zerostack.allow_unused_units, and at stage 3 each block persistent: "
+        "zero_optimization.stage3_param_persistence_threshold >= its {} parameters)",
+        config_.layer_drop, unit.name, unit.numel()));
+  }
   const int64_t rows = batch * seq, h = config_.hidden, v = config_.vocab;
   rows_ = rows;
   tokens_.assign(tokens.begin(), tokens.end());
@@ -143,6 +171,11 @@ StatusOr<float> Gpt::RunForward(UnitAccess& access, std::span<const int32_t> tok
   ZS_RETURN_IF_ERROR(access.EndForward(kEmbedUnit));
 
   for (int l = 0; l < config_.layers; ++l) {
+    dropped_[size_t(l)] = drop != nullptr && DropsBlock(*drop, l);
+    if (dropped_[size_t(l)]) {  // [Note: LayerDrop]: the identity, no bracket
+      x_[l + 1] = x_[l];
+      continue;
+    }
     ZS_RETURN_IF_ERROR(access.BeginForward(block_unit(l)));
     blocks_[l].Forward(access, x_[l].data(), batch, seq, x_[l + 1].data());
     ZS_RETURN_IF_ERROR(access.EndForward(block_unit(l)));
@@ -182,6 +215,7 @@ Status Gpt::RunBackward(UnitAccess& access) {
 
   // dx_b_ holds d/d(output of block l); each block writes d/d(its input) into dx_a_.
   for (int l = config_.layers - 1; l >= 0; --l) {
+    if (dropped_[size_t(l)]) continue;  // the identity: dx_b_ passes through as it is
     ZS_RETURN_IF_ERROR(access.BeginBackward(block_unit(l)));
     blocks_[l].Backward(access, x_[l].data(), dx_b_.data(), dx_a_.data());
     ZS_RETURN_IF_ERROR(access.EndBackward(block_unit(l)));
@@ -196,8 +230,9 @@ Status Gpt::RunBackward(UnitAccess& access) {
 }
 
 StatusOr<float> Gpt::ForwardBackward(UnitAccess& access, std::span<const int32_t> tokens,
-                                     std::span<const int32_t> targets, int64_t batch, int64_t seq) {
-  ZS_ASSIGN_OR_RETURN(float loss, RunForward(access, tokens, targets, batch, seq));
+                                     std::span<const int32_t> targets, int64_t batch, int64_t seq,
+                                     const LayerDropKey& drop) {
+  ZS_ASSIGN_OR_RETURN(float loss, RunForward(access, tokens, targets, batch, seq, &drop));
   ZS_RETURN_IF_ERROR(RunBackward(access));
   UpdateTracker();
   return loss;
@@ -205,7 +240,7 @@ StatusOr<float> Gpt::ForwardBackward(UnitAccess& access, std::span<const int32_t
 
 StatusOr<float> Gpt::Forward(UnitAccess& access, std::span<const int32_t> tokens,
                              std::span<const int32_t> targets, int64_t batch, int64_t seq) {
-  ZS_ASSIGN_OR_RETURN(float loss, RunForward(access, tokens, targets, batch, seq));
+  ZS_ASSIGN_OR_RETURN(float loss, RunForward(access, tokens, targets, batch, seq, nullptr));
   UpdateTracker();
   return loss;
 }

@@ -12,6 +12,18 @@
 //   where F(u) is BeginForward(u) .. EndForward(u), B likewise, and {..} nests inside. Unit 0 is
 //   bracketed twice in each pass; its gradient gets both contributions and is complete at its
 //   second EndBackward (the last call of the pass).
+// - [Note: LayerDrop] With GptConfig::layer_drop = p > 0 (Fan et al. 2019, "Reducing
+//   Transformer Depth on Demand with Structured Dropout"), ForwardBackward skips block l of a
+//   micro-batch (the identity: its output is its input, its gradient passes through, and its
+//   unit gets no bracket at all) when DropsBlock(key, l): a hash of (layer_drop_seed, step,
+//   micro-batch, rank, l) falls below p. Deterministic, so a run replays, and a reference can
+//   ask which blocks a rank dropped. The surviving blocks are not rescaled (LayerDrop, unlike
+//   dropout, trains the model to run shallower; evaluation runs every block). Forward (the
+//   evaluation pass) never drops. A dropped unit has no bracket, which a UnitAccess must allow
+//   for every block (UnitAccess::AllowsUnusedUnit; a ZeroEngine with
+//   zerostack.allow_unused_units, at stage 3 with persistent blocks, since ranks drop different
+//   blocks): ForwardBackward with p > 0 on one that does not is FailedPrecondition naming the
+//   block and the keys, before any bracket (whatever the draws, so every rank fails alike).
 // - Init(seed) is GPT-2's initialisation: normal(0, 0.02) for weights and embeddings, residual
 //   projections (attn.proj.weight, mlp.proj.weight) normal(0, 0.02 / sqrt(2L)), zero biases,
 //   LayerNorm gains one. Values depend only on (seed, unit, param) (FillNormal).
@@ -48,8 +60,20 @@ struct GptConfig {
   int layers = 0;       // L
   int64_t hidden = 0;   // H
   int64_t heads = 0;    // A; H % A == 0
-  // InvalidArgument naming the field for a non-positive size or hidden % heads != 0.
+  // [Note: LayerDrop]: the probability in [0, 1) that training skips a block; 0 never does.
+  double layer_drop = 0.0;
+  uint64_t layer_drop_seed = 0;
+  // InvalidArgument naming the field for a non-positive size, hidden % heads != 0 or a
+  // layer_drop outside [0, 1).
   Status Validate() const;
+};
+
+// Which micro-batch a ForwardBackward is ([Note: LayerDrop]): the optimizer step, the
+// micro-batch within it and the data-parallel rank.
+struct LayerDropKey {
+  int64_t step = 0;
+  int64_t micro_batch = 0;
+  int64_t rank = 0;
 };
 
 class Gpt {
@@ -71,9 +95,11 @@ class Gpt {
   int head_unit() const { return config_.layers + 1; }
 
   // tokens, targets: int32 [batch, seq], row-major. Runs forward, the mean cross-entropy loss
-  // and backward seeded with access.backward_scale(); returns the mean loss.
+  // and backward seeded with access.backward_scale(); returns the mean loss. `drop` names the
+  // micro-batch for LayerDrop (unused when layer_drop is 0).
   StatusOr<float> ForwardBackward(UnitAccess& access, std::span<const int32_t> tokens,
-                                  std::span<const int32_t> targets, int64_t batch, int64_t seq);
+                                  std::span<const int32_t> targets, int64_t batch, int64_t seq,
+                                  const LayerDropKey& drop = {});
   // Forward and loss only (eval); no backward brackets.
   StatusOr<float> Forward(UnitAccess& access, std::span<const int32_t> tokens,
                           std::span<const int32_t> targets, int64_t batch, int64_t seq);
@@ -82,6 +108,10 @@ class Gpt {
   // ForwardBackward the same buffer holds d(objective)/d(logits) instead.
   std::span<const float> probabilities() const { return logits_; }
 
+  // [Note: LayerDrop]: whether ForwardBackward with `key` skips block `layer` (false when
+  // layer_drop is 0).
+  bool DropsBlock(const LayerDropKey& key, int layer) const;
+
   // Bytes of activations and scratch this object holds now.
   int64_t activation_bytes() const;
 
@@ -89,8 +119,10 @@ class Gpt {
   Gpt(const GptConfig& config, MemoryTracker* tracker);
   Status CheckInputs(const UnitAccess& access, std::span<const int32_t> tokens,
                      std::span<const int32_t> targets, int64_t batch, int64_t seq) const;
+  // `drop`: LayerDrop's key in training, null in evaluation (no block dropped).
   StatusOr<float> RunForward(UnitAccess& access, std::span<const int32_t> tokens,
-                             std::span<const int32_t> targets, int64_t batch, int64_t seq);
+                             std::span<const int32_t> targets, int64_t batch, int64_t seq,
+                             const LayerDropKey* drop);
   Status RunBackward(UnitAccess& access);
   void UpdateTracker();
 
@@ -107,6 +139,7 @@ class Gpt {
   int64_t rows_ = 0;
   std::vector<int32_t> tokens_, targets_, positions_;
   std::vector<std::vector<float>> x_;  // x_[l]: input of block l; x_[L]: input of ln_f
+  std::vector<bool> dropped_;          // [Note: LayerDrop]: blocks the last forward skipped
   std::vector<float> xf_, ln_f_mean_, ln_f_rstd_;
   std::vector<float> logits_;       // logits, then probabilities, then their gradient
   std::vector<float> dx_a_, dx_b_;  // backward scratch [rows, H]

@@ -2,7 +2,8 @@
 // - [Note: frozen units] (zero_engine.h): a frozen unit trains the rest exactly as lr_scale 0 on
 //   it does, stages 0-3 bit-identical, under offload too; the tracker shows no gradient and no
 //   optimizer state for it; it is outside the norm and the fp16 overflow check; checkpoint
-//   state round-trips; a unit mixing frozen and trainable parameters is an error naming both.
+//   state round-trips; a unit mixing frozen and trainable parameters trains, keeps the memory
+//   of a trainable unit and says so (mixed_frozen_engine_test.cc tests it in depth).
 // - [Note: unused units]: with zerostack.allow_unused_units, ranks leaving different units out
 //   of different micro-batches train to the bits of a one-rank reference whose gradient of
 //   those units is zero there, stages 0-3 (gradients are multiples of 2^-9, so every sum is
@@ -122,22 +123,63 @@ TEST(FrozenUnits, OffloadTiersGiveTheInMemoryBits) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(FrozenUnits, AUnitMixingFrozenAndTrainableParametersIsAnErrorNamingThem) {
-  Status status = RunLocalRanks(1, {}, [](int, Communicator& comm, MemoryTracker& tracker) {
-    examples::TanhMlp model({4, 6, 3});
-    ModelSpec spec = model.Spec();
-    spec.units[1].params[1].trainable = false;
-    ZS_ASSIGN_OR_RETURN(auto device, CreateDevice("cpu", tracker));
-    auto engine = ZeroEngine::Create(BaseConfig(2), spec, model.Init(1), *device, comm);
-    EXPECT_EQ(engine.status().code(), StatusCode::kInvalidArgument);
-    const std::string message(engine.status().message());
-    EXPECT_NE(message.find(fmt::format("unit '{}'", spec.units[1].name)), std::string::npos)
-        << message;
-    EXPECT_NE(message.find(spec.units[1].params[1].name), std::string::npos) << message;
-    EXPECT_NE(message.find(spec.units[1].params[0].name), std::string::npos) << message;
-    return OkStatus();
-  });
-  EXPECT_TRUE(status.ok()) << status.ToString();
+// A unit mixing frozen and trainable parameters trains (mixed_frozen_engine_test.cc has the
+// rest): the frozen parameter keeps its values, the others train, the unit keeps the gradient
+// and optimizer memory of a wholly trainable one, and Create's log line names the unit, the
+// frozen parameter and the advice.
+TEST(FrozenUnits, AUnitMixingFrozenAndTrainableParametersTrainsAndSaysWhatItKeeps) {
+  std::vector<MemorySnapshot> memory;
+  std::string log;
+  Status status = RunLocalRanks(
+      1, {},
+      [&](int, Communicator& comm, MemoryTracker& tracker) -> Status {
+        examples::TanhMlp model({4, 6, 3});
+        ModelSpec mixed = model.Spec();
+        mixed.units[1].params[1].trainable = false;
+        ZS_ASSIGN_OR_RETURN(auto device, CreateDevice("cpu", tracker));
+        ::testing::internal::CaptureStderr();
+        auto engine = ZeroEngine::Create(BaseConfig(2), mixed, model.Init(1), *device, comm);
+        log = ::testing::internal::GetCapturedStderr();
+        ZS_RETURN_IF_ERROR(engine.status());
+        const int64_t grads =
+            tracker.Snapshot().Current(MemoryTier::kDevice, MemoryCategory::kGradients);
+        const int64_t states =
+            tracker.Snapshot().Current(MemoryTier::kDevice, MemoryCategory::kOptimizerStates);
+        {  // The same model with every parameter trainable keeps exactly as much.
+          ZS_ASSIGN_OR_RETURN(auto all, ZeroEngine::Create(BaseConfig(2), model.Spec(),
+                                                           model.Init(1), *device, comm));
+          const MemorySnapshot both = tracker.Snapshot();
+          EXPECT_EQ(both.Current(MemoryTier::kDevice, MemoryCategory::kGradients), 2 * grads);
+          EXPECT_EQ(both.Current(MemoryTier::kDevice, MemoryCategory::kOptimizerStates),
+                    2 * states);
+        }
+        std::vector<float> x(8 * 4), y(8 * 3);
+        for (size_t i = 0; i < x.size(); ++i) x[i] = 0.1f * float(int(i % 7) - 3);
+        for (size_t i = 0; i < y.size(); ++i) y[i] = 0.2f * float(int(i % 5) - 2);
+        ZeroEngine& e = **engine;
+        ZS_RETURN_IF_ERROR(model.ForwardBackward(e, x, y, 8).status());
+        ZS_RETURN_IF_ERROR(e.Step().status());
+        for (int p = 0; p < 2; ++p) {
+          std::vector<float> init(size_t(mixed.units[1].params[size_t(p)].numel()));
+          model.Init(1)(1, p, init);
+          ZS_ASSIGN_OR_RETURN(std::vector<float> now, e.GatherMasterParam(1, p));
+          if (p == 1) {
+            EXPECT_EQ(now, init) << "the frozen parameter keeps its values";
+          } else {
+            EXPECT_NE(now, init) << "the trainable one trains";
+          }
+        }
+        return OkStatus();
+      },
+      &memory);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  const examples::TanhMlp model({4, 6, 3});
+  const UnitSpec unit = model.Spec().units[1];
+  EXPECT_NE(log.find(fmt::format("unit '{}' mixes frozen parameters ({})", unit.name,
+                                 unit.params[1].name)),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("a unit of their own"), std::string::npos) << log;
 }
 
 // ---- Toy units with hand-written gradients -----------------------------------------------
