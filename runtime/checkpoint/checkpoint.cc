@@ -13,9 +13,11 @@
 #include <optional>
 
 #include "optimizers/optimizer_spec.h"
-#include "runtime/base/dtype.h"
-#include "runtime/checkpoint/safetensors_export.h"
 #include "runtime/base/atomic_file.h"
+#include "runtime/base/dtype.h"
+#include "runtime/checkpoint/checkpoint_index.h"
+#include "runtime/checkpoint/consolidate.h"
+#include "runtime/checkpoint/safetensors_export.h"
 #include "runtime/checkpoint/shard_file.h"
 #include "runtime/comm/all_gather_scalar.h"
 
@@ -177,6 +179,15 @@ StatusOr<CheckpointManifest> ReadCheckpointManifest(const std::string& path) {
       f.checksum = std::stoull(jf.at("checksum").get<std::string>(), nullptr, 16);
       m.files.push_back(std::move(f));
     }
+    if (j.contains("index")) {  // [Note: checkpoint index]; absent in older checkpoints
+      const auto& ji = j.at("index");
+      m.index.name = ji.at("name").get<std::string>();
+      m.index.bytes = ji.at("bytes").get<int64_t>();
+      m.index.checksum = std::stoull(ji.at("checksum").get<std::string>(), nullptr, 16);
+      if (m.index.name.empty() || m.index.name.find('/') != std::string::npos) {
+        return IoError(fmt::format("'{}' names index file \"{}\"", file, m.index.name));
+      }
+    }
   } catch (const std::exception& e) {
     return IoError(
         fmt::format("'{}' is not a valid manifest (corrupt or truncated): {}", file, e.what()));
@@ -328,8 +339,9 @@ StatusOr<std::string> SaveCheckpoint(const CheckpointRank& rank, const std::stri
   }
 
   // DeepSpeed's zero_optimization.stage3_gather_16bit_weights_on_model_save: the consolidated
-  // 16-bit weights beside the shards (collective; writes nothing unless the key asks for it).
-  // A plain data-parallel engine only: a grid's consolidated weights are zero-ckpt's.
+  // 16-bit weights beside the shards. A plain engine gathers them (collective; writes nothing
+  // unless the key asks for it); a grid's rank 0 reads them back from the rank files below
+  // ([Note: 16-bit weights of a grid]).
   const bool plain = IsPlain(rank);
   bool wrote16 = false;
   if (plain) {
@@ -337,6 +349,8 @@ StatusOr<std::string> SaveCheckpoint(const CheckpointRank& rank, const std::stri
     if (!w16.ok()) return w16.status().WithContext(what);
     wrote16 = *w16;
   }
+  const bool grid16 = !plain && engine.stage() == 3 &&
+                      engine.config().zero_optimization.stage3_gather_16bit_weights_on_model_save;
 
   // Rank 0: the manifest, after every file is durable, then the renames.
   Status published;
@@ -359,30 +373,55 @@ StatusOr<std::string> SaveCheckpoint(const CheckpointRank& rank, const std::stri
                         {"good_steps", training.loss_scale_good_steps}};
     m["config"] = nlohmann::json::parse(EngineConfigToJson(engine.config()));
     m["trainer"] = trainer;
-    if (plain) {
+    // [Note: checkpoint index]: every rank file's header, read once here.
+    std::vector<RankFileRef> refs;
+    for (int r = 0; r < world.size(); ++r) {
+      refs.push_back({RankFileName(r), r, all[size_t(r)].bytes});
+    }
+    auto index = IndexRankFiles(tmp.string(), refs);
+    if (!index.ok()) published = index.status();
+    if (published.ok() && plain) {
       m["params"] = ModelJson(engine.model());
-    } else {
-      // The union of the rank files' parameters, by name, in the order they first appear.
+    } else if (published.ok()) {
+      // The union of the rank files' parameters, by name, in the order they first appear,
+      // then by model unit (stable): the model's order for the 16-bit file and `inspect`.
       nlohmann::json list = nlohmann::json::array();
       std::map<std::string, bool> seen;
-      for (int r = 0; r < world.size() && published.ok(); ++r) {
-        auto reader = ShardFileReader::Open((tmp / RankFileName(r)).string(), all[size_t(r)].bytes);
-        if (!reader.ok()) {
-          published = reader.status();
-          break;
-        }
-        for (const auto& e : reader->params()) {
-          if (seen.emplace(e.name, true).second) {
-            list.push_back({{"unit", e.unit},
-                            {"param", e.param},
-                            {"unit_name", e.unit_name},
-                            {"name", e.name},
-                            {"shape", e.shape},
-                            {"numel", e.placement.layout.full_numel()}});
-          }
+      for (const CheckpointIndex::Piece& piece : index->pieces) {
+        const ShardFileReader::ParamEntry& e = piece.entry;
+        if (seen.emplace(e.name, true).second) {
+          list.push_back({{"unit", e.unit},
+                          {"param", e.param},
+                          {"unit_name", e.unit_name},
+                          {"name", e.name},
+                          {"shape", e.shape},
+                          {"numel", e.placement.layout.full_numel()}});
         }
       }
+      std::stable_sort(list.begin(), list.end(), [](const auto& a, const auto& b) {
+        return a.at("unit").template get<int>() < b.at("unit").template get<int>();
+      });
       m["params"] = std::move(list);
+    }
+    if (published.ok()) {
+      index->Sort();
+      const std::string text = CheckpointIndexToJson(*index).dump();
+      published = WriteFileDurably((tmp / kCheckpointIndexFile).string(), text);
+      m["index"] = {{"name", kCheckpointIndexFile},
+                    {"bytes", text.size()},
+                    {"checksum", ChecksumHex(Fnv1a64(text.data(), text.size()))}};
+    }
+    if (published.ok() && grid16) {
+      std::vector<ConsolidatedParam> params;
+      for (const auto& p : m["params"]) {
+        params.push_back(
+            {p.at("name").get<std::string>(), p.at("shape").get<std::vector<int64_t>>()});
+      }
+      RankFileCache files(tmp.string());
+      published =
+          ConsolidateCheckpoint(*index, files, params, (tmp / kConsolidated16BitFile).string(),
+                                SixteenBitDType(engine), {{"format", "pt"}});
+      wrote16 = published.ok();
     }
     nlohmann::json files = nlohmann::json::array();
     for (int r = 0; r < world.size(); ++r) {
@@ -447,7 +486,8 @@ StatusOr<CheckpointManifest> LoadCheckpoint(const CheckpointRank& rank, const st
   Communicator& world = *rank.world;
   // Everything a rank can find wrong alone is agreed on before the engines' collectives.
   std::optional<CheckpointManifest> manifest;
-  std::vector<ShardFileReader> readers;
+  std::optional<CheckpointIndex> index;
+  bool scanned = false;  // no index: every rank file's header was read
   auto open = [&]() -> Status {
     ZS_ASSIGN_OR_RETURN(CheckpointManifest m, ReadCheckpointManifest(path));
     manifest = std::move(m);
@@ -497,37 +537,61 @@ StatusOr<CheckpointManifest> LoadCheckpoint(const CheckpointRank& rank, const st
                         p, file.rank, ChecksumHex(file.checksum), ChecksumHex(sum.checksum)));
       }
     }
-    for (const CheckpointManifest::File& file : manifest->files) {
-      ZS_ASSIGN_OR_RETURN(
-          ShardFileReader r,
-          ShardFileReader::Open((fs::path(manifest->dir) / file.name).string(), file.bytes));
-      readers.push_back(std::move(r));
+    // Where the pieces are: the index ([Note: checkpoint index]), else every rank file's header.
+    if (!manifest->index.name.empty()) {
+      const std::string ipath = (fs::path(manifest->dir) / manifest->index.name).string();
+      ZS_ASSIGN_OR_RETURN(CheckpointIndex i, ReadCheckpointIndex(ipath, manifest->index.bytes,
+                                                                 manifest->index.checksum));
+      bool same = i.files.size() == manifest->files.size();
+      for (size_t f = 0; same && f < i.files.size(); ++f) {
+        same = i.files[f].name == manifest->files[f].name &&
+               i.files[f].bytes == manifest->files[f].bytes;
+      }
+      if (!same) {
+        return IoError(
+            fmt::format("checkpoint index '{}' does not list the manifest's {} rank "
+                        "files (names and sizes)",
+                        ipath, manifest->files.size()));
+      }
+      index = std::move(i);
+    } else {
+      std::vector<RankFileRef> refs;
+      for (const auto& f : manifest->files) refs.push_back({f.name, f.rank, f.bytes});
+      ZS_ASSIGN_OR_RETURN(CheckpointIndex i, IndexRankFiles(manifest->dir, refs));
+      i.Sort();
+      index = std::move(i);
+      scanned = true;
     }
     return OkStatus();
   };
   ZS_RETURN_IF_ERROR(Agree(world, open(), fmt::format("loading checkpoint '{}'", path)));
 
-  // Parameter name -> the saved pieces (param_placement.h) and where each is stored.
-  struct Stored {
+  // Parameter name -> its saved pieces, sorted for lookup ([Note: piece lookup]); piece i is
+  // index->Of(name).first[i]. Built on first use.
+  std::map<std::string, PieceIndex> pieces_of;
+  auto pieces_for = [&](const std::string& name) -> StatusOr<const PieceIndex*> {
+    auto it = pieces_of.find(name);
+    if (it != pieces_of.end()) return &it->second;
     std::vector<SavedPiece> pieces;
-    std::vector<std::pair<const ShardFileReader*, const ShardFileReader::ParamEntry*>> at;
-  };
-  std::map<std::string, Stored> index;
-  for (const ShardFileReader& r : readers) {
-    for (const auto& e : r.params()) {
-      Stored& s = index[e.name];
-      s.pieces.push_back({e.placement, e.begin, e.end});
-      s.at.push_back({&r, &e});
+    const auto [first, last] = index->Of(name);
+    for (const CheckpointIndex::Piece* p = first; p != last; ++p) {
+      pieces.push_back({p->entry.placement, p->entry.begin, p->entry.end});
     }
-  }
+    ZS_ASSIGN_OR_RETURN(PieceIndex built, PieceIndex::Create(name, std::move(pieces)));
+    return &pieces_of.emplace(name, std::move(built)).first->second;
+  };
   const std::string dir = manifest->dir;
+  RankFileCache files(dir);
 
   for (const CheckpointEngine& engine : rank.engines) {
     OwnedStateSource source = [&](const OwnedStateRequest& req) -> StatusOr<OwnedParamState> {
       const int64_t n = req.end - req.begin;
       const ParamPlacement& want = engine.placements[size_t(req.unit)][size_t(req.param)];
-      const Stored& stored = index[want.name];
-      auto planned = PlanCopy(want, req.begin, req.end, stored.pieces);
+      auto stored = pieces_for(want.name);
+      if (!stored.ok()) return stored.status().WithContext(fmt::format("checkpoint '{}'", dir));
+      const PieceIndex& pieces = **stored;
+      const CheckpointIndex::Piece* at = index->Of(want.name).first;
+      auto planned = PlanCopy(want, req.begin, req.end, pieces);
       if (!planned.ok()) {
         return planned.status().WithContext(fmt::format("checkpoint '{}'", dir));
       }
@@ -536,7 +600,9 @@ StatusOr<CheckpointManifest> LoadCheckpoint(const CheckpointRank& rank, const st
       std::map<int, std::vector<OwnedArray>> loaded;
       for (const CopyRun& run : plan) {
         if (run.piece < 0 || loaded.count(run.piece)) continue;
-        const auto& [file, e] = stored.at[size_t(run.piece)];
+        const CheckpointIndex::Piece& piece = at[run.piece];
+        const ShardFileReader::ParamEntry* e = &piece.entry;
+        ZS_ASSIGN_OR_RETURN(const ShardFileReader* file, files.Get(*index, piece.file));
         std::vector<OwnedArray>& arrays = loaded[run.piece];
         for (int k = 0; k <= req.num_states; ++k) {
           const std::string kind = k == 0 ? "master" : fmt::format("state{}", k - 1);
@@ -573,7 +639,7 @@ StatusOr<CheckpointManifest> LoadCheckpoint(const CheckpointRank& rank, const st
       master.data.assign(size_t(n) * 4, 0);
       copy(0, 4, master.data);
       out.arrays.push_back(std::move(master));
-      const bool same_frame = PlanIsIdentity(want, req.begin, stored.pieces, plan);
+      const bool same_frame = PlanIsIdentity(want, req.begin, pieces.pieces(), plan);
       for (int i = 0; i < req.num_states; ++i) {
         bool exact = same_frame;
         for (const auto& [piece, arrays] : loaded) {
@@ -617,7 +683,7 @@ StatusOr<CheckpointManifest> LoadCheckpoint(const CheckpointRank& rank, const st
           for (const CopyRun& run : plan) {
             if (run.piece < 0) continue;
             const OwnedArray& s = loaded[run.piece][size_t(1 + i)];
-            const int64_t base = stored.pieces[size_t(run.piece)].begin;
+            const int64_t base = pieces.pieces()[size_t(run.piece)].begin;
             for (int64_t j = 0; j < run.count; ++j) {
               dst[run.dst + j] = DecodeElement(s, base + run.src + j, base);
             }
@@ -628,6 +694,11 @@ StatusOr<CheckpointManifest> LoadCheckpoint(const CheckpointRank& rank, const st
       return out;
     };
     ZS_RETURN_IF_ERROR(engine.engine->LoadOwnedState(source, manifest->training));
+  }
+  if (scanned) {
+    for (size_t f = 0; f < manifest->files.size(); ++f) manifest->files_read.push_back(int(f));
+  } else {
+    manifest->files_read = files.opened();
   }
   return std::move(*manifest);
 }

@@ -38,7 +38,8 @@
 //   engines, each with its dp communicator and every parameter's ParamPlacement (its model
 //   name, full shape and tp slice: param_placement.h); rank r of `world` writes rank-r's file
 //   with what its engines own, in the local frame of its tp slice plus the slice's layout
-//   (parameters replicated over tp only from tp rank 0). The manifest adds "grid" (the caller's
+//   (parameters replicated over tp only from tp rank 0, over ep only from ep rank 0: each
+//   element once). The manifest adds "grid" (the caller's
 //   description: tp, pp, dp, ep, ...) and lists the union of the saved parameters by name.
 //   LoadCheckpoint(CheckpointRank) fills every engine's optimizer range from whichever pieces
 //   hold its full-space elements (PlanCopy), at any tp, pp, dp and stage: parameters match by
@@ -47,8 +48,26 @@
 //   dtype are the saved ones (same tp slice), else the values (f32, decoded bf16/int8 states).
 //   A data-parallel checkpoint is the special case of one engine with Whole placements, so
 //   the two load into each other. Collectives run over `world` and then each engine's dp.
-// - Costs: a save holds the rank's owned state in host memory while it writes its file; a load
-//   reads every rank file's header on every rank and, per parameter part, the saved arrays
+// - [Note: 16-bit weights of a grid] With stage3_gather_16bit_weights_on_model_save at stage 3
+//   a grid save (anything but one plain engine) writes model.16bit.safetensors too: the full,
+//   unpadded weights under the model's names and shapes (what a data-parallel run of the same
+//   model writes: tp slices joined, padded vocabulary rows dropped, every pp stage and every
+//   expert), in the model's unit order, as SixteenBitDType of the first engine. World rank 0
+//   writes it alone, after every rank file is durable, reading the fp32 masters back from them
+//   one full parameter at a time (consolidate.h): its memory beyond its own state is one full
+//   parameter in fp32, and no collective beyond the save's own runs. DeepSpeed's stage 3 also
+//   gathers the whole model on rank 0 (_zero3_consolidated_16bit_state_dict collects every
+//   parameter into one state dict, then torch.save); here nothing is held whole, but rank 0
+//   reads 4 bytes per parameter from the file system while the other ranks wait for the
+//   manifest (within their communicators' timeout).
+// - [Note: checkpoint index] (checkpoint_index.h): rank 0 also writes index.json, every piece
+//   with its file and offsets, listed in the manifest as "index" with its size and checksum.
+//   A load reads the index (checking both), then opens only the rank files holding pieces that
+//   meet what its engines own; a checkpoint without an index (older) is read by a scan of every
+//   rank file's header. PlanCopy looks pieces up by binary search ([Note: piece lookup]).
+// - Costs: a save holds the rank's owned state in host memory while it writes its file; rank 0
+//   reads every rank file's header (the index). A load reads the manifest and the index on
+//   every rank, its share of the whole-file checksums and, per parameter part, the saved arrays
 //   that overlap it.
 #pragma once
 
@@ -88,7 +107,12 @@ struct CheckpointManifest {
   nlohmann::json trainer;  // the caller's object
   std::vector<Param> params;
   std::vector<File> files;
+  File index;       // [Note: checkpoint index]; name "" when the checkpoint has none (older)
   std::string dir;  // where it was read from (not stored)
+  // LoadCheckpoint only (not stored): the rank files (positions in `files`, ascending) this rank
+  // opened for their headers or arrays: those holding pieces it owns now with an index, every
+  // file without one. The whole-file checksum share (files r, r + W, ...) is not counted.
+  std::vector<int> files_read;
 };
 
 // The step directory PATH names: PATH itself when it holds manifest.json, else ROOT/<latest>.

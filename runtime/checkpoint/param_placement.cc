@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <tuple>
 
 namespace zs {
 namespace {
@@ -103,29 +104,101 @@ void ForEachFullRun(const ParamPlacement& p, int64_t begin, int64_t end,
   }
 }
 
-StatusOr<std::vector<CopyRun>> PlanCopy(const ParamPlacement& want, int64_t begin, int64_t end,
-                                        const std::vector<SavedPiece>& pieces) {
-  std::vector<CopyRun> plan;
-  if (begin >= end) return plan;
-  if (pieces.empty()) {
-    return NotFoundError(fmt::format("parameter '{}' is in no rank file", want.name));
-  }
-  const ParamPlacement& saved = pieces[0].placement;
-  for (const SavedPiece& p : pieces) {
-    if (p.placement.layout.full_shape != want.layout.full_shape) {
+namespace {
+
+int SavedRank(const ParamPlacement& p) { return p.identity() ? 0 : p.tp_rank; }
+
+}  // namespace
+
+StatusOr<PieceIndex> PieceIndex::Create(const std::string& name, std::vector<SavedPiece> pieces) {
+  PieceIndex out;
+  out.pieces_ = std::move(pieces);
+  if (out.pieces_.empty()) return out;
+  const ParamPlacement& saved = out.pieces_[0].placement;
+  for (const SavedPiece& p : out.pieces_) {
+    if (p.placement.layout.full_shape != saved.layout.full_shape) {
       return InvalidArgumentError(
-          fmt::format("parameter '{}' was saved with shape {}; the model's is {}", want.name,
-                      nlohmann::json(p.placement.layout.full_shape).dump(),
-                      nlohmann::json(want.layout.full_shape).dump()));
+          fmt::format("parameter '{}': its saved pieces have shapes {} and {}", name,
+                      nlohmann::json(saved.layout.full_shape).dump(),
+                      nlohmann::json(p.placement.layout.full_shape).dump()));
     }
     if (p.placement.identity() != saved.identity() ||
         (!saved.identity() &&
          (p.placement.layout.kind != saved.layout.kind || p.placement.tp_size != saved.tp_size ||
           p.placement.layout.blocks != saved.layout.blocks ||
           p.placement.layout.padded_rows != saved.layout.padded_rows))) {
-      return InvalidArgumentError(fmt::format(
-          "parameter '{}': its saved pieces are cut by different tp layouts", want.name));
+      return InvalidArgumentError(
+          fmt::format("parameter '{}': its saved pieces are cut by different tp layouts", name));
     }
+  }
+  for (size_t i = 0; i < out.pieces_.size(); ++i) {
+    if (out.pieces_[i].begin < out.pieces_[i].end) out.order_.push_back(int(i));  // not empty
+  }
+  auto key = [&](int i) {
+    const SavedPiece& p = out.pieces_[size_t(i)];
+    return std::tuple(SavedRank(p.placement), p.begin, i);
+  };
+  std::sort(out.order_.begin(), out.order_.end(), [&](int a, int b) { return key(a) < key(b); });
+  // An exact copy of a piece (checkpoints that saved the ep-replicated router on every ep rank)
+  // is read from the first; any other overlap is an error.
+  std::vector<int> kept;
+  for (int i : out.order_) {
+    if (!kept.empty()) {
+      const SavedPiece& a = out.pieces_[size_t(kept.back())];
+      const SavedPiece& b = out.pieces_[size_t(i)];
+      if (SavedRank(a.placement) == SavedRank(b.placement) && a.begin == b.begin &&
+          a.end == b.end) {
+        continue;
+      }
+    }
+    kept.push_back(i);
+  }
+  out.order_ = std::move(kept);
+  for (size_t i = 1; i < out.order_.size(); ++i) {
+    const SavedPiece& a = out.pieces_[size_t(out.order_[i - 1])];
+    const SavedPiece& b = out.pieces_[size_t(out.order_[i])];
+    if (SavedRank(a.placement) == SavedRank(b.placement) && b.begin < a.end) {
+      return InvalidArgumentError(fmt::format(
+          "parameter '{}': saved pieces [{}, {}) and [{}, {}) of tp rank {} overlap (an element "
+          "held twice)",
+          name, a.begin, a.end, b.begin, b.end, SavedRank(a.placement)));
+    }
+  }
+  return out;
+}
+
+int PieceIndex::Find(int rank, int64_t local) const {
+  // The last piece of `rank` beginning at or before `local`.
+  auto it = std::upper_bound(order_.begin(), order_.end(), std::pair(rank, local),
+                             [&](const std::pair<int, int64_t>& k, int i) {
+                               const SavedPiece& p = pieces_[size_t(i)];
+                               return k < std::pair(SavedRank(p.placement), p.begin);
+                             });
+  if (it == order_.begin()) return -1;
+  const SavedPiece& p = pieces_[size_t(*(it - 1))];
+  return SavedRank(p.placement) == rank && local < p.end ? *(it - 1) : -1;
+}
+
+StatusOr<std::vector<CopyRun>> PlanCopy(const ParamPlacement& want, int64_t begin, int64_t end,
+                                        const std::vector<SavedPiece>& pieces) {
+  ZS_ASSIGN_OR_RETURN(PieceIndex index, PieceIndex::Create(want.name, pieces));
+  return PlanCopy(want, begin, end, index);
+}
+
+StatusOr<std::vector<CopyRun>> PlanCopy(const ParamPlacement& want, int64_t begin, int64_t end,
+                                        const PieceIndex& index) {
+  std::vector<CopyRun> plan;
+  if (begin >= end) return plan;
+  const std::vector<SavedPiece>& pieces = index.pieces();
+  if (pieces.empty()) {
+    return NotFoundError(fmt::format("parameter '{}' is in no rank file", want.name));
+  }
+  const ParamPlacement& saved = pieces[0].placement;
+  if (saved.layout.full_shape != want.layout.full_shape) {
+    return InvalidArgumentError(
+        fmt::format("parameter '{}' was saved with shape {}; the model's is {}", want.name,
+                    nlohmann::json(saved.layout.full_shape).dump(),
+                    nlohmann::json(want.layout.full_shape).dump()));
   }
   const int saved_tp = saved.identity() ? 1 : saved.tp_size;
   auto push = [&](int64_t dst, int piece, int64_t src, int64_t count) {
@@ -154,12 +227,7 @@ StatusOr<std::vector<CopyRun>> PlanCopy(const ParamPlacement& want, int64_t begi
       const tp::FullToLocalRun fl = saved.identity()
                                         ? tp::FullToLocalRun{0, f, saved.layout.full_numel() - f}
                                         : tp::FullToLocal(saved.layout, saved_tp, f);
-      int found = -1;
-      for (size_t i = 0; i < pieces.size() && found < 0; ++i) {
-        const SavedPiece& p = pieces[i];
-        const int rank = p.placement.identity() ? 0 : p.placement.tp_rank;
-        if (rank == fl.rank && p.begin <= fl.local && fl.local < p.end) found = int(i);
-      }
+      const int found = index.Find(fl.rank, fl.local);
       if (found < 0) {
         return NotFoundError(fmt::format(
             "element {} of parameter '{}' (full index; tp rank {} of {}, local {}) is in no rank "

@@ -16,7 +16,11 @@
 // Contract
 // - Pure values and functions; thread-safe. PlanCopy returns NotFound naming the parameter and
 //   the first full element no saved piece holds, and InvalidArgument when the pieces disagree
-//   on the full shape.
+//   on the full shape or tp layout, or two of them hold the same element.
+// - [Note: piece lookup] A PieceIndex sorts a parameter's pieces once by (saved tp rank,
+//   begin); PlanCopy then finds the piece holding each run by binary search, O(runs x log
+//   pieces) per request instead of a scan of every piece. A loader builds one PieceIndex per
+//   parameter and plans every request against it.
 #pragma once
 
 #include <cstdint>
@@ -72,8 +76,29 @@ struct CopyRun {
   int64_t count = 0;
 };
 
-// How to fill local elements [begin, end) of `want` from `pieces` (any order; overlaps are
-// read from the first piece holding an element). Adjacent runs are merged.
+// One parameter's saved pieces, checked (one full shape, one tp cut, no element held twice)
+// and sorted for lookup ([Note: piece lookup]). Piece numbers are positions in `pieces`. An
+// exact copy of an earlier piece (same tp rank and range: an ep-replicated router saved on
+// every ep rank by older saves) is ignored; any other overlap is InvalidArgument.
+class PieceIndex {
+ public:
+  // InvalidArgument naming the parameter when the pieces disagree on the full shape or tp
+  // layout, or overlap; `name` is only for the messages.
+  static StatusOr<PieceIndex> Create(const std::string& name, std::vector<SavedPiece> pieces);
+  const std::vector<SavedPiece>& pieces() const { return pieces_; }
+  // The piece holding local element `local` of saved tp rank `rank`, or -1.
+  int Find(int rank, int64_t local) const;
+
+ private:
+  std::vector<SavedPiece> pieces_;
+  std::vector<int> order_;  // piece numbers by (tp rank, begin)
+};
+
+// How to fill local elements [begin, end) of `want` from the indexed pieces. Adjacent runs are
+// merged.
+StatusOr<std::vector<CopyRun>> PlanCopy(const ParamPlacement& want, int64_t begin, int64_t end,
+                                        const PieceIndex& pieces);
+// The same from pieces in any order (builds a PieceIndex: for one-off plans and tests).
 StatusOr<std::vector<CopyRun>> PlanCopy(const ParamPlacement& want, int64_t begin, int64_t end,
                                         const std::vector<SavedPiece>& pieces);
 

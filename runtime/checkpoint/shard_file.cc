@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -124,38 +125,58 @@ StatusOr<WrittenFile> WriteShardFile(const std::string& path, int rank, int worl
   return out;
 }
 
-StatusOr<ShardFileReader> ShardFileReader::Open(const std::string& path, int64_t expected_bytes) {
-  ShardFileReader r;
-  r.path_ = path;
-  r.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (r.fd_ < 0) return Errno("opening checkpoint file", path);
+Status ShardFileReader::OpenAndCheck(const std::string& path, int64_t expected_bytes,
+                                     uint64_t* length) {
+  path_ = path;
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) return Errno("opening checkpoint file", path);
   struct stat st {};
-  if (::fstat(r.fd_, &st) != 0) return Errno("stat of", path);
-  r.file_bytes_ = int64_t(st.st_size);
-  if (expected_bytes >= 0 && r.file_bytes_ != expected_bytes) {
+  if (::fstat(fd_, &st) != 0) return Errno("stat of", path);
+  file_bytes_ = int64_t(st.st_size);
+  if (expected_bytes >= 0 && file_bytes_ != expected_bytes) {
     return IoError(fmt::format("checkpoint file '{}' is {} bytes, the manifest says {} ({})", path,
-                               r.file_bytes_, expected_bytes,
-                               r.file_bytes_ < expected_bytes ? "truncated" : "grown"));
+                               file_bytes_, expected_bytes,
+                               file_bytes_ < expected_bytes ? "truncated" : "grown"));
   }
   char magic[8];
-  uint64_t length = 0;
-  ZS_RETURN_IF_ERROR(r.ReadAt(0, 8, magic, "its magic"));
+  ZS_RETURN_IF_ERROR(ReadAt(0, 8, magic, "its magic"));
   if (std::memcmp(magic, kMagic, 8) != 0) {
     return IoError(
         fmt::format("checkpoint file '{}' is not a zerostack rank file (bad "
                     "magic)",
                     path));
   }
-  ZS_RETURN_IF_ERROR(r.ReadAt(8, 8, &length, "its header length"));
-  if (int64_t(length) > r.file_bytes_ - 16) {
+  ZS_RETURN_IF_ERROR(ReadAt(8, 8, length, "its header length"));
+  if (int64_t(*length) > file_bytes_ - 16) {
     return IoError(
         fmt::format("checkpoint file '{}': header of {} bytes in a file of {} "
                     "(truncated or corrupt)",
-                    path, length, r.file_bytes_));
+                    path, *length, file_bytes_));
   }
+  data_start_ = 16 + int64_t(*length);
+  return OkStatus();
+}
+
+StatusOr<ShardFileReader> ShardFileReader::OpenData(const std::string& path, int64_t expected_bytes,
+                                                    int64_t data_start) {
+  ShardFileReader r;
+  uint64_t length = 0;
+  ZS_RETURN_IF_ERROR(r.OpenAndCheck(path, expected_bytes, &length));
+  if (r.data_start_ != data_start) {
+    return IoError(fmt::format(
+        "checkpoint file '{}': its data starts at byte {}, the checkpoint index says {} (the "
+        "index does not describe this file)",
+        path, r.data_start_, data_start));
+  }
+  return r;
+}
+
+StatusOr<ShardFileReader> ShardFileReader::Open(const std::string& path, int64_t expected_bytes) {
+  ShardFileReader r;
+  uint64_t length = 0;
+  ZS_RETURN_IF_ERROR(r.OpenAndCheck(path, expected_bytes, &length));
   std::string text(length, '\0');
   ZS_RETURN_IF_ERROR(r.ReadAt(16, int64_t(length), text.data(), "its header"));
-  r.data_start_ = 16 + int64_t(length);
   try {
     const nlohmann::json h = nlohmann::json::parse(text);
     const int version = h.at("format_version").get<int>();
@@ -167,52 +188,94 @@ StatusOr<ShardFileReader> ShardFileReader::Open(const std::string& path, int64_t
     r.rank_ = h.at("rank").get<int>();
     r.world_size_ = h.at("world_size").get<int>();
     for (const auto& jp : h.at("params")) {
-      ParamEntry p;
-      p.unit = jp.at("unit").get<int>();
-      p.param = jp.at("param").get<int>();
-      p.name = jp.at("name").get<std::string>();
-      p.unit_name = jp.value("unit_name", std::string());
-      p.shape = jp.at("shape").get<std::vector<int64_t>>();
-      p.begin = jp.at("begin").get<int64_t>();
-      p.end = jp.at("end").get<int64_t>();
-      auto placement = PlacementFromJson(p.name, p.shape, jp.value("tp", nlohmann::json()));
-      if (!placement.ok()) {
-        return IoError(fmt::format("checkpoint file '{}': {}", path, placement.status().message()));
-      }
-      p.placement = *std::move(placement);
-      if (p.begin < 0 || p.begin > p.end || p.end > p.placement.local_numel()) {
-        return IoError(fmt::format(
-            "checkpoint file '{}': parameter '{}' holds [{}, {}) of {} elements (corrupt)", path,
-            p.name, p.begin, p.end, p.placement.local_numel()));
-      }
-      for (const auto& ja : jp.at("arrays")) {
-        ArrayEntry a;
-        a.kind = ja.at("kind").get<std::string>();
-        a.dtype = ja.at("dtype").get<std::string>();
-        a.offset = ja.at("offset").get<int64_t>();
-        a.bytes = ja.at("bytes").get<int64_t>();
-        a.checksum = ParseHex(ja.at("checksum"));
-        if (a.dtype == "int8") {
-          a.block_origin = ja.at("block_origin").get<int64_t>();
-          a.scales_offset = ja.at("scales_offset").get<int64_t>();
-          a.scales_count = ja.at("scales_count").get<int64_t>();
-          a.scales_checksum = ParseHex(ja.at("scales_checksum"));
-        }
-        const int64_t last = std::max(a.offset + a.bytes, a.scales_offset + 4 * a.scales_count);
-        if (a.offset < 0 || a.bytes < 0 || r.data_start_ + last > r.file_bytes_) {
-          return IoError(fmt::format(
-              "checkpoint file '{}': parameter '{}' array {} lies past the end of the file "
-              "(truncated)",
-              path, p.name, a.kind));
-        }
-        p.arrays.push_back(a);
-      }
+      ZS_ASSIGN_OR_RETURN(ParamEntry p, ParamEntryFromJson(jp, path, r.data_start_, r.file_bytes_));
       r.params_.push_back(std::move(p));
     }
   } catch (const std::exception& e) {
     return IoError(fmt::format("checkpoint file '{}': bad header: {}", path, e.what()));
   }
   return r;
+}
+
+nlohmann::json ParamEntryToJson(const ShardFileReader::ParamEntry& p) {
+  nlohmann::json arrays = nlohmann::json::array();
+  for (const ShardFileReader::ArrayEntry& a : p.arrays) {
+    nlohmann::json ja{{"kind", a.kind},
+                      {"dtype", a.dtype},
+                      {"offset", a.offset},
+                      {"bytes", a.bytes},
+                      {"checksum", ChecksumHex(a.checksum)}};
+    if (a.dtype == "int8") {
+      ja["block_origin"] = a.block_origin;
+      ja["scales_offset"] = a.scales_offset;
+      ja["scales_count"] = a.scales_count;
+      ja["scales_checksum"] = ChecksumHex(a.scales_checksum);
+    }
+    arrays.push_back(std::move(ja));
+  }
+  nlohmann::json entry{{"unit", p.unit},
+                       {"param", p.param},
+                       {"name", p.name},
+                       {"shape", p.shape},
+                       {"begin", p.begin},
+                       {"end", p.end},
+                       {"arrays", std::move(arrays)}};
+  if (!p.unit_name.empty()) entry["unit_name"] = p.unit_name;
+  const nlohmann::json tp = PlacementTpJson(p.placement);
+  if (!tp.is_null()) entry["tp"] = tp;
+  return entry;
+}
+
+StatusOr<ShardFileReader::ParamEntry> ParamEntryFromJson(const nlohmann::json& jp,
+                                                         const std::string& path,
+                                                         int64_t data_start, int64_t file_bytes) {
+  using ParamEntry = ShardFileReader::ParamEntry;
+  using ArrayEntry = ShardFileReader::ArrayEntry;
+  try {
+    ParamEntry p;
+    p.unit = jp.at("unit").get<int>();
+    p.param = jp.at("param").get<int>();
+    p.name = jp.at("name").get<std::string>();
+    p.unit_name = jp.value("unit_name", std::string());
+    p.shape = jp.at("shape").get<std::vector<int64_t>>();
+    p.begin = jp.at("begin").get<int64_t>();
+    p.end = jp.at("end").get<int64_t>();
+    auto placement = PlacementFromJson(p.name, p.shape, jp.value("tp", nlohmann::json()));
+    if (!placement.ok()) {
+      return IoError(fmt::format("checkpoint file '{}': {}", path, placement.status().message()));
+    }
+    p.placement = *std::move(placement);
+    if (p.begin < 0 || p.begin > p.end || p.end > p.placement.local_numel()) {
+      return IoError(fmt::format(
+          "checkpoint file '{}': parameter '{}' holds [{}, {}) of {} elements (corrupt)", path,
+          p.name, p.begin, p.end, p.placement.local_numel()));
+    }
+    for (const auto& ja : jp.at("arrays")) {
+      ArrayEntry a;
+      a.kind = ja.at("kind").get<std::string>();
+      a.dtype = ja.at("dtype").get<std::string>();
+      a.offset = ja.at("offset").get<int64_t>();
+      a.bytes = ja.at("bytes").get<int64_t>();
+      a.checksum = ParseHex(ja.at("checksum"));
+      if (a.dtype == "int8") {
+        a.block_origin = ja.at("block_origin").get<int64_t>();
+        a.scales_offset = ja.at("scales_offset").get<int64_t>();
+        a.scales_count = ja.at("scales_count").get<int64_t>();
+        a.scales_checksum = ParseHex(ja.at("scales_checksum"));
+      }
+      const int64_t last = std::max(a.offset + a.bytes, a.scales_offset + 4 * a.scales_count);
+      if (a.offset < 0 || a.bytes < 0 || data_start + last > file_bytes) {
+        return IoError(fmt::format(
+            "checkpoint file '{}': parameter '{}' array {} lies past the end of the file "
+            "(truncated)",
+            path, p.name, a.kind));
+      }
+      p.arrays.push_back(a);
+    }
+    return p;
+  } catch (const std::exception& e) {
+    return IoError(fmt::format("checkpoint file '{}': bad entry: {}", path, e.what()));
+  }
 }
 
 ShardFileReader::ShardFileReader(ShardFileReader&& o) noexcept { *this = std::move(o); }

@@ -17,7 +17,9 @@
 //   elements [b, e) are in the saver's local frame ([Note: placement frames]): the full
 //   parameter's flattened, unpadded index without "tp", else the index in tp rank t's slice.
 //   "unit" and "param" index the saving engine's model (informational; loads match names).
-//   Version 1 files (data-parallel only, never a "tp") are read as they are.
+//   Version 1 files (data-parallel only, never a "tp") are read as they are. The checkpoint's
+//   index.json repeats every header entry with its file ([Note: checkpoint index] in
+//   checkpoint_index.h), so a loader need not read the headers (OpenData).
 // - Every read checks what it reads: the magic, the header's JSON, offsets inside the file, and
 //   each array's checksum. Errors name the file (and the parameter and array where there is
 //   one); nothing here exits or asserts on I/O.
@@ -88,6 +90,11 @@ class ShardFileReader {
   // Opens `path` and parses its header; `expected_bytes` >= 0 checks the size first (a short
   // file is "truncated", naming the sizes).
   static StatusOr<ShardFileReader> Open(const std::string& path, int64_t expected_bytes = -1);
+  // Opens `path` for its arrays only, with the header's entries known from a checkpoint index
+  // (checkpoint_index.h): checks the size, the magic and that the data starts at `data_start`
+  // (the index's word), without parsing the header. params() is then empty.
+  static StatusOr<ShardFileReader> OpenData(const std::string& path, int64_t expected_bytes,
+                                            int64_t data_start);
   ShardFileReader(ShardFileReader&&) noexcept;
   ShardFileReader& operator=(ShardFileReader&&) noexcept;
   ~ShardFileReader();
@@ -96,11 +103,14 @@ class ShardFileReader {
   int world_size() const { return world_size_; }
   const std::string& path() const { return path_; }
   const std::vector<ParamEntry>& params() const { return params_; }
+  int64_t data_start() const { return data_start_; }  // 16 + the header's length
+  int64_t file_bytes() const { return file_bytes_; }
   // Reads one array (its elements, and for int8 its scales), checking both checksums.
   Status ReadArray(const ParamEntry& param, const ArrayEntry& array, OwnedArray& out) const;
 
  private:
   ShardFileReader() = default;
+  Status OpenAndCheck(const std::string& path, int64_t expected_bytes, uint64_t* header_length);
   Status ReadAt(int64_t offset, int64_t bytes, void* out, const std::string& what) const;
 
   std::string path_;
@@ -109,6 +119,14 @@ class ShardFileReader {
   int64_t data_start_ = 0, file_bytes_ = 0;
   std::vector<ParamEntry> params_;
 };
+
+// One header entry as JSON (exactly as WriteShardFile writes it) and back. ParamEntryFromJson
+// checks the entry as Open does (the range inside the tp slice, the arrays inside a file of
+// `file_bytes` whose data starts at `data_start`); errors are IoError naming `path`.
+nlohmann::json ParamEntryToJson(const ShardFileReader::ParamEntry& p);
+StatusOr<ShardFileReader::ParamEntry> ParamEntryFromJson(const nlohmann::json& j,
+                                                         const std::string& path,
+                                                         int64_t data_start, int64_t file_bytes);
 
 // The checksum of a whole file (streamed), for the manifest and `zero-ckpt verify`.
 StatusOr<WrittenFile> ChecksumFile(const std::string& path);

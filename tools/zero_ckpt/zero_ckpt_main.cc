@@ -3,15 +3,21 @@
 //   zero-ckpt inspect DIR                 step, world, stage, grid, dtypes, trainer object,
 //                                         files, and every parameter's full shape and the ranges
 //                                         each rank holds (in its tp slice's frame for a grid)
-//   zero-ckpt verify DIR                  every file's size and checksum, every array's checksum,
-//                                         every element of every parameter held exactly once
+//   zero-ckpt verify DIR                  every file's size and checksum (the index's too),
+//                                         every array's checksum, the index equal to the rank
+//                                         files' headers, every element of every parameter held
+//                                         exactly once
 //   zero-ckpt consolidate DIR OUT.safetensors [--dtype fp32|bf16]
-//                                         the full fp32 master weights (or bf16) as one
-//                                         safetensors file named "<unit>.<param>"
+//                                         the full fp32 master weights (or bf16, rounded to
+//                                         nearest even) as one safetensors file named
+//                                         "<unit>.<param>", full unpadded shapes, one parameter
+//                                         in memory at a time
 //
 // Grid checkpoints ([Note: grid checkpoints] in checkpoint.h) are read the same way: every
 // piece is placed in its full parameter through its tp layout (param_placement.h), parameters
-// match by name, and padded vocabulary rows are dropped.
+// match by name, and padded vocabulary rows are dropped. The pieces are found through the
+// checkpoint's index.json ([Note: checkpoint index] in checkpoint_index.h), or, in a checkpoint
+// without one, by reading every rank file's header.
 // DIR is a step directory or a --save-dir (its `latest`). Exit status 0 on success, 1 when the
 // checkpoint is bad (the reason names the file and parameter), 2 on usage errors. Offline: no
 // engine, no communicator.
@@ -26,7 +32,8 @@
 #include <vector>
 
 #include "runtime/checkpoint/checkpoint.h"
-#include "runtime/checkpoint/safetensors_writer.h"
+#include "runtime/checkpoint/checkpoint_index.h"
+#include "runtime/checkpoint/consolidate.h"
 #include "runtime/checkpoint/shard_file.h"
 
 namespace zs {
@@ -36,30 +43,23 @@ namespace fs = std::filesystem;
 
 struct Opened {
   CheckpointManifest manifest;
-  std::vector<ShardFileReader> readers;
-  // parameter name -> (reader, entry), by tp rank, then begin.
-  std::map<std::string,
-           std::vector<std::pair<const ShardFileReader*, const ShardFileReader::ParamEntry*>>>
-      parts;
+  CheckpointIndex index;  // from index.json, else from a scan of the rank files' headers
+  bool scanned = false;
 };
 
 StatusOr<Opened> Open(const std::string& path) {
   Opened o;
   ZS_ASSIGN_OR_RETURN(o.manifest, ReadCheckpointManifest(path));
-  for (const auto& f : o.manifest.files) {
-    ZS_ASSIGN_OR_RETURN(
-        ShardFileReader r,
-        ShardFileReader::Open((fs::path(o.manifest.dir) / f.name).string(), f.bytes));
-    o.readers.push_back(std::move(r));
-  }
-  for (const ShardFileReader& r : o.readers) {
-    for (const auto& e : r.params()) o.parts[e.name].push_back({&r, &e});
-  }
-  for (auto& [k, v] : o.parts) {
-    std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) {
-      return std::pair(a.second->placement.tp_rank, a.second->begin) <
-             std::pair(b.second->placement.tp_rank, b.second->begin);
-    });
+  const CheckpointManifest& m = o.manifest;
+  if (!m.index.name.empty()) {
+    ZS_ASSIGN_OR_RETURN(o.index, ReadCheckpointIndex((fs::path(m.dir) / m.index.name).string(),
+                                                     m.index.bytes, m.index.checksum));
+  } else {
+    std::vector<RankFileRef> refs;
+    for (const auto& f : m.files) refs.push_back({f.name, f.rank, f.bytes});
+    ZS_ASSIGN_OR_RETURN(o.index, IndexRankFiles(m.dir, refs));
+    o.index.Sort();
+    o.scanned = true;
   }
   return o;
 }
@@ -85,6 +85,12 @@ Status Inspect(const std::string& path) {
   if (!m.grid.is_null()) fmt::print("grid: {}\n", m.grid.dump());
   fmt::print("trainer: {}\n", m.trainer.dump());
   fmt::print("files: {} ({} bytes)\n", m.files.size(), total);
+  if (m.index.name.empty()) {
+    fmt::print("index: none (an older checkpoint: the rank files' headers were read)\n");
+  } else {
+    fmt::print("index: {}  {} bytes  fnv1a64 {}  ({} pieces)\n", m.index.name, m.index.bytes,
+               ChecksumHex(m.index.checksum), o.index.pieces.size());
+  }
   for (const auto& f : m.files) {
     fmt::print("  {}  rank {}  {} bytes  fnv1a64 {}\n", f.name, f.rank, f.bytes,
                ChecksumHex(f.checksum));
@@ -92,7 +98,9 @@ Status Inspect(const std::string& path) {
   fmt::print("parameters: {}\n", m.params.size());
   for (const auto& p : m.params) {
     fmt::print("  {}  {}  {} elements\n", p.name, Shape(p.shape), p.numel);
-    for (const auto& [r, e] : o.parts[p.name]) {
+    const auto [first, last] = o.index.Of(p.name);
+    for (const CheckpointIndex::Piece* piece = first; piece != last; ++piece) {
+      const ShardFileReader::ParamEntry* e = &piece->entry;
       int64_t bytes = 0;
       std::string kinds;
       for (const auto& a : e->arrays) {
@@ -105,8 +113,48 @@ Status Inspect(const std::string& path) {
                                     : fmt::format("  tp {}/{} {} slice {}", pl.tp_rank, pl.tp_size,
                                                   PlacementTpJson(pl).value("kind", std::string()),
                                                   Shape(pl.layout.LocalShape(pl.tp_size)));
-      fmt::print("    rank {:<4} [{}, {}){}  {} bytes  ({})\n", r->rank(), e->begin, e->end, slice,
-                 bytes, kinds);
+      fmt::print("    rank {:<4} [{}, {}){}  {} bytes  ({})\n",
+                 o.index.files[size_t(piece->file)].rank, e->begin, e->end, slice, bytes, kinds);
+    }
+  }
+  return OkStatus();
+}
+
+// The index against the rank files' own headers: the same files (name, size, where the data
+// starts) and the same pieces (every field of every entry).
+Status CheckIndexAgainstFiles(const CheckpointManifest& m, const CheckpointIndex& index) {
+  const std::string ipath = (fs::path(m.dir) / m.index.name).string();
+  std::vector<RankFileRef> refs;
+  for (const auto& f : m.files) refs.push_back({f.name, f.rank, f.bytes});
+  ZS_ASSIGN_OR_RETURN(CheckpointIndex scan, IndexRankFiles(m.dir, refs));
+  scan.Sort();
+  if (scan.files.size() != index.files.size()) {
+    return IoError(fmt::format("index '{}' lists {} rank files, the manifest {}", ipath,
+                               index.files.size(), scan.files.size()));
+  }
+  for (size_t f = 0; f < scan.files.size(); ++f) {
+    const auto &a = scan.files[f], &b = index.files[f];
+    if (a.name != b.name || a.rank != b.rank || a.bytes != b.bytes ||
+        a.data_start != b.data_start) {
+      return IoError(fmt::format(
+          "index '{}' describes file {} as '{}' (rank {}, {} bytes, data at {}); it is '{}' "
+          "(rank {}, {} bytes, data at {})",
+          ipath, f, b.name, b.rank, b.bytes, b.data_start, a.name, a.rank, a.bytes, a.data_start));
+    }
+  }
+  // Both sorted by (name, tp rank, begin): equal lists, entry by entry.
+  for (size_t i = 0; i < std::max(scan.pieces.size(), index.pieces.size()); ++i) {
+    if (i >= scan.pieces.size() || i >= index.pieces.size()) {
+      return IoError(fmt::format("index '{}' lists {} pieces; the rank files hold {}", ipath,
+                                 index.pieces.size(), scan.pieces.size()));
+    }
+    const auto &a = scan.pieces[i], &b = index.pieces[i];
+    if (a.file != b.file || ParamEntryToJson(a.entry) != ParamEntryToJson(b.entry)) {
+      return IoError(fmt::format(
+          "index '{}' disagrees with the rank files at piece {}: parameter '{}' [{}, {}) in '{}' "
+          "there, '{}' [{}, {}) in '{}' in the files",
+          ipath, i, b.entry.name, b.entry.begin, b.entry.end, index.files[size_t(b.file)].name,
+          a.entry.name, a.entry.begin, a.entry.end, scan.files[size_t(a.file)].name));
     }
   }
   return OkStatus();
@@ -125,12 +173,19 @@ Status Verify(const std::string& path) {
                       ChecksumHex(f.checksum), sum.bytes < f.bytes ? "truncated" : "corrupt"));
     }
   }
-  ZS_ASSIGN_OR_RETURN(Opened o, Open(path));
+  ZS_ASSIGN_OR_RETURN(Opened o, Open(path));  // checks the index's size and checksum
+  if (!o.scanned) ZS_RETURN_IF_ERROR(CheckIndexAgainstFiles(o.manifest, o.index));
+  RankFileCache files(o.manifest.dir);
   int64_t arrays = 0, elements = 0;
+  size_t listed_pieces = 0;
   for (const auto& p : o.manifest.params) {
     // Every full element exactly once: the pieces' full-space runs, sorted, must tile [0, numel).
     std::vector<std::pair<int64_t, int64_t>> runs;  // (full begin, count)
-    for (const auto& [r, e] : o.parts[p.name]) {
+    const auto [first, last] = o.index.Of(p.name);
+    listed_pieces += size_t(last - first);
+    for (const CheckpointIndex::Piece* piece = first; piece != last; ++piece) {
+      const ShardFileReader::ParamEntry* e = &piece->entry;
+      ZS_ASSIGN_OR_RETURN(const ShardFileReader* r, files.Get(o.index, piece->file));
       if (e->shape != p.shape) {
         return IoError(fmt::format("'{}': parameter '{}' is {} there, {} in the manifest",
                                    r->path(), p.name, Shape(e->shape), Shape(p.shape)));
@@ -167,10 +222,17 @@ Status Verify(const std::string& path) {
     }
     elements += p.numel;
   }
+  if (listed_pieces != o.index.pieces.size()) {
+    return IoError(fmt::format("{} of the {} saved pieces belong to no parameter of the manifest",
+                               o.index.pieces.size() - listed_pieces, o.index.pieces.size()));
+  }
   fmt::print(
       "checkpoint {} is good: {} files, {} arrays, {} parameters with {} elements, each "
-      "held once\n",
-      o.manifest.dir, o.manifest.files.size(), arrays, o.manifest.params.size(), elements);
+      "held once; {}\n",
+      o.manifest.dir, o.manifest.files.size(), arrays, o.manifest.params.size(), elements,
+      o.scanned
+          ? "no index (an older checkpoint)"
+          : fmt::format("the index ({} pieces) agrees with the rank files", o.index.pieces.size()));
   return OkStatus();
 }
 
@@ -182,39 +244,12 @@ Status Consolidate(const std::string& path, const std::string& out, const std::s
   } else if (dtype != "fp32" && dtype != "f32") {
     return InvalidArgumentError(fmt::format("--dtype {}: fp32 or bf16", dtype));
   }
-  std::vector<SafetensorsTensorInfo> tensors;
-  for (const auto& p : o.manifest.params) tensors.push_back({p.name, type, p.shape});
-  ZS_ASSIGN_OR_RETURN(
-      auto writer,
-      SafetensorsWriter::Create(out, std::move(tensors),
-                                {{"format", "pt"}, {"step", std::to_string(o.manifest.step)}}));
-  for (const auto& p : o.manifest.params) {
-    // The full tensor from its pieces, each placed through its tp layout.
-    std::vector<float> full(size_t(p.numel), 0.0f);
-    int64_t placed = 0;
-    for (const auto& [r, e] : o.parts[p.name]) {
-      auto it = std::find_if(e->arrays.begin(), e->arrays.end(),
-                             [](const auto& a) { return a.kind == "master"; });
-      if (it == e->arrays.end()) {
-        return IoError(fmt::format("'{}': parameter '{}' has no master array", r->path(), p.name));
-      }
-      OwnedArray a;
-      ZS_RETURN_IF_ERROR(r->ReadArray(*e, *it, a));
-      const float* src = reinterpret_cast<const float*>(a.data.data());
-      ForEachFullRun(e->placement, e->begin, e->end, [&](int64_t off, int64_t f, int64_t n) {
-        if (f < 0) return;
-        std::copy_n(src + off, n, full.data() + f);
-        placed += n;
-      });
-    }
-    if (placed != p.numel) {
-      return IoError(fmt::format(
-          "parameter '{}': its pieces hold {} of {} elements (zero-ckpt verify names the gap)",
-          p.name, placed, p.numel));
-    }
-    ZS_RETURN_IF_ERROR(writer->Append(std::span<const float>(full)));
-  }
-  ZS_RETURN_IF_ERROR(writer->Finish());
+  std::vector<ConsolidatedParam> params;
+  for (const auto& p : o.manifest.params) params.push_back({p.name, p.shape});
+  RankFileCache files(o.manifest.dir);
+  ZS_RETURN_IF_ERROR(
+      ConsolidateCheckpoint(o.index, files, params, out, type,
+                            {{"format", "pt"}, {"step", std::to_string(o.manifest.step)}}));
   fmt::print("wrote {} ({} tensors, {}, step {})\n", out, o.manifest.params.size(),
              type == DType::kF32 ? "F32" : "BF16", o.manifest.step);
   return OkStatus();
@@ -227,16 +262,22 @@ int main(int argc, char** argv) {
   CLI::App app{"zero-ckpt: inspect, verify and consolidate zerostack checkpoints"};
   app.require_subcommand(1);
   std::string dir, out, dtype = "fp32";
-  CLI::App* inspect = app.add_subcommand("inspect", "step, world, stage, shapes, ranges, sizes");
+  CLI::App* inspect =
+      app.add_subcommand("inspect", "step, world, stage, grid, index, shapes, ranges, sizes");
   inspect->add_option("DIR", dir, "a checkpoint or a --save-dir")->required();
   CLI::App* verify =
-      app.add_subcommand("verify", "checksums; every element of every parameter held once");
+      app.add_subcommand("verify",
+                         "checksums (rank files, index, arrays); the index equal to the rank "
+                         "files; every element of every parameter held once");
   verify->add_option("DIR", dir, "a checkpoint or a --save-dir")->required();
   CLI::App* consolidate =
-      app.add_subcommand("consolidate", "the full weights as one safetensors file");
+      app.add_subcommand("consolidate",
+                         "the full, unpadded fp32 master weights (tp slices joined, every pp "
+                         "stage and expert) as one safetensors file");
   consolidate->add_option("DIR", dir, "a checkpoint or a --save-dir")->required();
   consolidate->add_option("OUT", out, "the .safetensors file to write")->required();
-  consolidate->add_option("--dtype", dtype, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
+  consolidate->add_option("--dtype", dtype, "fp32 (exact) or bf16 (rounded to nearest even)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   CLI11_PARSE(app, argc, argv);
   zs::Status s;
   if (*inspect) s = zs::Inspect(dir);

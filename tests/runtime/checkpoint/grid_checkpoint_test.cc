@@ -6,14 +6,20 @@
 // declares its world size through its GridSpec (tp * pp * dp).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/safetensors_export.h"
+#include "runtime/checkpoint/safetensors_writer.h"
 #include "runtime/checkpoint/shard_file.h"
 #include "runtime/comm/local_ranks.h"
 #include "runtime/device/device_factory.h"
@@ -92,17 +98,20 @@ Status Compare(GridGpt& g, const ProcessGroups& groups, const FullParams& want, 
 struct RunOut {
   Status status;
   std::vector<uint64_t> digests;
-  std::vector<double> losses;  // the steps run, the global mean (rank 0's)
-  FullParams full;             // CollectFull at the end (when asked)
-  Diff diff;                   // against `compare_with` (when given)
+  std::vector<double> losses;                // the steps run, the global mean (rank 0's)
+  FullParams full;                           // CollectFull at the end (when asked)
+  Diff diff;                                 // against `compare_with` (when given)
+  std::vector<std::vector<int>> files_read;  // per rank: CheckpointManifest::files_read
 };
 
 // Runs `spec` on spec.world() threads: creates the grid, loads `load` when not empty, trains
 // steps [first, last), saves to `save` when not empty, then digests and collects.
 RunOut RunGrid(const GridSpec& spec, int first, int last, const std::string& load,
-               const std::string& save, bool collect, const FullParams* compare_with = nullptr) {
+               const std::string& save, bool collect, const FullParams* compare_with = nullptr,
+               const std::function<void(GridGptOptions&)>& tweak = nullptr) {
   RunOut out;
   out.digests.resize(size_t(spec.world()));
+  out.files_read.resize(size_t(spec.world()));
   std::mutex mu;
   CommOptions options;
   options.timeout = std::chrono::milliseconds(60'000);
@@ -112,13 +121,15 @@ RunOut RunGrid(const GridSpec& spec, int first, int last, const std::string& loa
                             RankGrid::Create(spec.tp, spec.pp, spec.dp, spec.world()));
         ZS_ASSIGN_OR_RETURN(ProcessGroups groups, ProcessGroups::Create(comm, grid));
         ZS_ASSIGN_OR_RETURN(auto device, CreateDevice("cpu", tracker));
-        ZS_ASSIGN_OR_RETURN(auto g,
-                            GridGpt::Create(parity::Options(spec), groups, *device, &tracker));
+        GridGptOptions grid_options = parity::Options(spec);
+        if (tweak) tweak(grid_options);
+        ZS_ASSIGN_OR_RETURN(auto g, GridGpt::Create(grid_options, groups, *device, &tracker));
         if (!load.empty()) {
           ZS_ASSIGN_OR_RETURN(CheckpointManifest m, g->LoadCheckpoint(load));
           if (m.step != first) {
             return InternalError(fmt::format("loaded step {}, expected {}", m.step, first));
           }
+          out.files_read[size_t(rank)] = m.files_read;
         }
         for (int step = first; step < last; ++step) {
           ZS_ASSIGN_OR_RETURN(GridStepResult r, g->TrainStep(Data(step, spec, groups.coord().dp)));
@@ -214,6 +225,18 @@ TEST(GridCheckpointTest, SameGridContinuesBitForBit) {
   EXPECT_EQ(m->grid.value("pp", 0), 2);
   EXPECT_EQ(m->grid.value("dp", 0), 2);
   EXPECT_EQ(m->trainer.value("next_step", 0), kSaveAfter);
+  // [Note: checkpoint index]: at the same grid a rank reads its own file and, on tp rank 1, tp
+  // rank 0's (the parameters replicated over tp are saved there only); never the other 6.
+  auto grid = RankGrid::Create(2, 2, 2, 8);
+  ASSERT_TRUE(grid.ok());
+  for (int r = 0; r < 8; ++r) {
+    GridCoord c = grid->Coord(r);
+    c.tp = 0;
+    std::vector<int> want = {r, grid->RankOf(c)};
+    std::sort(want.begin(), want.end());
+    want.erase(std::unique(want.begin(), want.end()), want.end());
+    EXPECT_EQ(resumed.files_read[size_t(r)], want) << "rank " << r;
+  }
 }
 
 // (2) Other grids and stages: the loaded parameters are the saved ones exactly (padded
@@ -227,6 +250,18 @@ void ExpectReshardedRun(const GridSpec& spec) {
   ASSERT_TRUE(loaded.status.ok()) << loaded.status.ToString();
   EXPECT_GT(loaded.diff.count, 0);
   EXPECT_EQ(loaded.diff.max, 0.0) << loaded.diff.worst;
+  if (spec.tp == 1 && spec.pp == 2 && spec.dp == 1) {
+    // The same pipeline cut as the saver's: stage p reads exactly the saver's stage-p files.
+    auto saver = RankGrid::Create(2, 2, 2, 8);
+    ASSERT_TRUE(saver.ok());
+    for (int p = 0; p < 2; ++p) {
+      std::vector<int> want;
+      for (int r = 0; r < 8; ++r) {
+        if (saver->Coord(r).pp == p) want.push_back(r);
+      }
+      EXPECT_EQ(loaded.files_read[size_t(p)], want) << "pp rank " << p;
+    }
+  }
   // Continued: against nn::Gpt's uninterrupted run.
   auto ref = parity::RunReference(spec);
   ASSERT_TRUE(ref.ok()) << ref.status().ToString();
@@ -302,12 +337,14 @@ TEST(GridCheckpointTest, ExpertsContinueAndLoadAtAnotherEp) {
 }
 
 // Rewrites a data-parallel checkpoint as format version 1 wrote it (version 1 headers without
-// "unit_name"), with the manifest's sizes and checksums to match.
+// "unit_name", no index), with the manifest's sizes and checksums to match.
 Status DowngradeToVersion1(const std::string& root) {
   ZS_ASSIGN_OR_RETURN(const std::string dir, ResolveCheckpointDir(root));
   ZS_ASSIGN_OR_RETURN(const std::string text, ReadWholeFile(dir + "/manifest.json"));
   nlohmann::json m = nlohmann::json::parse(text);
   m["format_version"] = 1;
+  m.erase("index");
+  fs::remove(dir + "/index.json");
   for (auto& f : m["files"]) {
     const std::string path = dir + "/" + f["name"].get<std::string>();
     ZS_ASSIGN_OR_RETURN(const std::string bytes, ReadWholeFile(path));
@@ -403,6 +440,243 @@ TEST(GridCheckpointTest, DataParallelAndGridCheckpointsLoadIntoEachOther) {
         return OkStatus();
       });
   EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+// fp32 -> bf16 -> fp32, round to nearest even (finite values), written here independently of
+// runtime/base/dtype.h.
+float Bf16(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  float out;
+  std::memcpy(&out, &u, 4);
+  return out;
+}
+
+// Every tensor of a safetensors file, in file order, widened to f32.
+struct Tensors {
+  std::vector<SafetensorsEntry> entries;
+  std::map<std::string, std::vector<float>> values;
+};
+StatusOr<Tensors> ReadAllTensors(const std::string& path) {
+  ZS_ASSIGN_OR_RETURN(SafetensorsContents c, ReadSafetensors(path));
+  Tensors out;
+  out.entries = c.tensors;
+  for (const SafetensorsEntry& e : c.tensors) {
+    ZS_ASSIGN_OR_RETURN(out.values[e.name], ReadTensor(c, e));
+  }
+  return out;
+}
+
+// `got` holds exactly the tensors of `want` (every element, bit for bit), each rounded by `f`.
+void ExpectTensors(const Tensors& got, const FullParams& want, float (*f)(float),
+                   const std::string& what) {
+  ASSERT_EQ(got.values.size(), want.size()) << what;
+  for (const auto& [name, values] : want) {
+    auto it = got.values.find(name);
+    ASSERT_NE(it, got.values.end()) << what << ": no " << name;
+    ASSERT_EQ(it->second.size(), values.size()) << what << ": " << name;
+    for (size_t k = 0; k < values.size(); ++k) {
+      const float w = f(values[k]);
+      ASSERT_EQ(std::memcmp(&it->second[k], &w, 4), 0)
+          << what << ": " << name << "[" << k << "] " << it->second[k] << " vs " << w;
+    }
+  }
+}
+
+float Same(float v) { return v; }
+
+// zero-ckpt (tools/zero_ckpt) on `args`; its stderr into `err` when given. The exit status.
+int ZeroCkpt(const std::string& args, std::string* err = nullptr) {
+  const std::string errfile =
+      (fs::temp_directory_path() / fmt::format("zs_zero_ckpt_{}.err", ::getpid())).string();
+  const int rc =
+      std::system(fmt::format("'{}' {} > /dev/null 2> '{}'", ZS_ZERO_CKPT, args, errfile).c_str());
+  if (err != nullptr) {
+    auto text = ReadWholeFile(errfile);
+    *err = text.ok() ? *text : std::string();
+  }
+  fs::remove(errfile);
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+GridGptOptions& With16Bit(GridGptOptions& o) {
+  o.engine.zero_optimization.stage3_gather_16bit_weights_on_model_save = true;
+  return o;
+}
+
+// [Note: 16-bit weights of a grid]: TP2 x PP2 x DP2 at stage 3 with
+// stage3_gather_16bit_weights_on_model_save writes model.16bit.safetensors holding nn::Gpt's
+// parameters (names, shapes and order; the padded vocabulary row cut off), each the grid's own
+// gathered fp32 master rounded to bf16; a data-parallel nn::Gpt engine that loads this
+// checkpoint writes the same file byte for byte. zero-ckpt consolidates the same checkpoint to
+// the fp32 masters exactly and to the same bf16 values, and verifies it.
+TEST(GridCheckpointTest, Writes16BitWeightsAsADataParallelRunDoes) {
+  const GridSpec spec = Grid(2, 2, 2, 3);
+  const std::string root = TempRoot("16bit");
+  const RunOut saved = RunGrid(spec, 0, kSaveAfter, "", root, true, nullptr,
+                               [](GridGptOptions& o) { With16Bit(o); });
+  ASSERT_TRUE(saved.status.ok()) << saved.status.ToString();
+  auto dir = ResolveCheckpointDir(root);
+  ASSERT_TRUE(dir.ok());
+  const std::string file = *dir + "/" + kConsolidated16BitFile;
+  auto got = ReadAllTensors(file);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ExpectTensors(*got, saved.full, Bf16, "the grid's 16-bit file");
+  auto gpt = nn::Gpt::Create(parity::SmallGpt(spec.layers));
+  ASSERT_TRUE(gpt.ok());
+  size_t i = 0;
+  for (const UnitSpec& us : (*gpt)->spec().units) {
+    for (const ParamSpec& ps : us.params) {
+      ASSERT_LT(i, got->entries.size());
+      EXPECT_EQ(got->entries[i].name, us.name + "." + ps.name);
+      EXPECT_EQ(got->entries[i].shape, ps.shape) << got->entries[i].name;
+      EXPECT_EQ(got->entries[i].dtype, DType::kBF16);
+      ++i;
+    }
+  }
+  EXPECT_EQ(i, got->entries.size());
+  auto manifest = ReadCheckpointManifest(root);
+  ASSERT_TRUE(manifest.ok());
+  auto listed = ReadWholeFile(*dir + "/manifest.json");
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ(nlohmann::json::parse(*listed).at("consolidated_16bit").at("bytes").get<int64_t>(),
+            int64_t(fs::file_size(file)));
+
+  // A data-parallel run of the same model (dp 2, stage 3, the same key) from this checkpoint.
+  const std::string plain_dir = TempRoot("16bit_plain");
+  fs::create_directories(plain_dir);
+  Status s = RunLocalRanks(
+      2, CommOptions{}, [&](int, Communicator& comm, MemoryTracker& tracker) -> Status {
+        ZS_ASSIGN_OR_RETURN(auto device, CreateDevice("cpu", tracker));
+        ZS_ASSIGN_OR_RETURN(auto model, nn::Gpt::Create(parity::SmallGpt(spec.layers)));
+        EngineConfig config = parity::Config(3, 1);
+        config.zero_optimization.stage3_gather_16bit_weights_on_model_save = true;
+        ZS_ASSIGN_OR_RETURN(
+            auto engine, ZeroEngine::Create(config, model->spec(), model->Init(1), *device, comm));
+        ZS_RETURN_IF_ERROR(LoadCheckpoint(*engine, comm, root).status());
+        ZS_ASSIGN_OR_RETURN(bool written, Save16BitWeightsOnModelSave(*engine, plain_dir));
+        if (!written) return InternalError("the data-parallel engine wrote no 16-bit file");
+        return OkStatus();
+      });
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  auto grid_bytes = ReadWholeFile(file);
+  auto plain_bytes = ReadWholeFile(plain_dir + "/" + kConsolidated16BitFile);
+  ASSERT_TRUE(grid_bytes.ok() && plain_bytes.ok());
+  EXPECT_TRUE(*grid_bytes == *plain_bytes) << "the grid's and the data-parallel run's files differ";
+
+  // zero-ckpt on the same checkpoint.
+  std::string err;
+  EXPECT_EQ(ZeroCkpt(fmt::format("verify '{}'", root), &err), 0) << err;
+  const std::string f32 = plain_dir + "/consolidated.f32.safetensors";
+  const std::string bf16 = plain_dir + "/consolidated.bf16.safetensors";
+  ASSERT_EQ(ZeroCkpt(fmt::format("consolidate '{}' '{}'", root, f32), &err), 0) << err;
+  ASSERT_EQ(ZeroCkpt(fmt::format("consolidate '{}' '{}' --dtype bf16", root, bf16), &err), 0)
+      << err;
+  auto got32 = ReadAllTensors(f32);
+  ASSERT_TRUE(got32.ok()) << got32.status().ToString();
+  ExpectTensors(*got32, saved.full, Same, "zero-ckpt consolidate");
+  auto got16 = ReadAllTensors(bf16);
+  ASSERT_TRUE(got16.ok()) << got16.status().ToString();
+  ExpectTensors(*got16, saved.full, Bf16, "zero-ckpt consolidate --dtype bf16");
+}
+
+void FlipByte(const fs::path& file, int64_t at) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  char c = 0;
+  f.seekg(at);
+  f.read(&c, 1);
+  c ^= 0x5a;
+  f.seekp(at);
+  f.write(&c, 1);
+}
+
+// Rewrites the checkpoint's manifest through `edit`.
+void EditManifest(const std::string& dir, const std::function<void(nlohmann::json&)>& edit) {
+  auto text = ReadWholeFile(dir + "/manifest.json");
+  ASSERT_TRUE(text.ok());
+  nlohmann::json m = nlohmann::json::parse(*text);
+  edit(m);
+  std::ofstream(dir + "/manifest.json", std::ios::trunc) << m.dump(2);
+}
+
+// [Note: checkpoint index] on the TP2 x PP2 x DP2 checkpoint: zero-ckpt verify checks the index
+// against the rank files (an index rewritten to disagree, its checksum fixed, is named); a
+// corrupt index is an error naming it on every rank; without the index (an older checkpoint)
+// the load reads every rank file and gives the same values.
+TEST(GridCheckpointTest, TheIndexIsCheckedAndOptional) {
+  const Saved& saved = SavedGrid();
+  auto step = ResolveCheckpointDir(saved.root);
+  ASSERT_TRUE(step.ok());
+  const std::string copy = TempRoot("index");
+  fs::copy(*step, copy, fs::copy_options::recursive);
+  const std::string index = copy + "/index.json";
+  auto original = ReadWholeFile(index);
+  ASSERT_TRUE(original.ok());
+  std::string err;
+  ASSERT_EQ(ZeroCkpt(fmt::format("verify '{}'", copy), &err), 0) << err;
+
+  // An index that disagrees with the files: one piece's range moved, the checksum fixed.
+  nlohmann::json j = nlohmann::json::parse(*original);
+  auto& piece = j["params"][3];
+  piece["end"] = piece["end"].get<int64_t>() - 1;
+  const std::string bad = j.dump();
+  std::ofstream(index, std::ios::trunc | std::ios::binary) << bad;
+  EditManifest(copy, [&](nlohmann::json& m) {
+    m["index"]["bytes"] = bad.size();
+    m["index"]["checksum"] = ChecksumHex(Fnv1a64(bad.data(), bad.size()));
+  });
+  EXPECT_EQ(ZeroCkpt(fmt::format("verify '{}'", copy), &err), 1);
+  EXPECT_NE(err.find("index.json"), std::string::npos) << err;
+  EXPECT_NE(err.find("disagrees"), std::string::npos) << err;
+
+  // A corrupt index (the manifest's checksum of the original).
+  std::ofstream(index, std::ios::trunc | std::ios::binary) << *original;
+  ASSERT_EQ(ZeroCkpt(fmt::format("verify '{}'", copy), &err), 1);  // the manifest's checksum
+  EditManifest(copy, [&](nlohmann::json& m) {
+    m["index"]["bytes"] = original->size();
+    m["index"]["checksum"] = ChecksumHex(Fnv1a64(original->data(), original->size()));
+  });
+  ASSERT_EQ(ZeroCkpt(fmt::format("verify '{}'", copy), &err), 0) << err;
+  FlipByte(index, 100);
+  const RunOut corrupt = RunGrid(Grid(1, 1, 2, 1), kSaveAfter, kSaveAfter, copy, "", false);
+  ASSERT_FALSE(corrupt.status.ok());
+  EXPECT_NE(corrupt.status.message().find("index.json"), std::string::npos)
+      << corrupt.status.ToString();
+  EXPECT_NE(corrupt.status.message().find("corrupt"), std::string::npos)
+      << corrupt.status.ToString();
+  EXPECT_EQ(ZeroCkpt(fmt::format("verify '{}'", copy), &err), 1);
+  EXPECT_NE(err.find("index.json"), std::string::npos) << err;
+
+  // No index: loads exactly, every file read; verify says so.
+  fs::remove(index);
+  EditManifest(copy, [](nlohmann::json& m) { m.erase("index"); });
+  const RunOut scanned =
+      RunGrid(Grid(1, 1, 2, 3), kSaveAfter, kSaveAfter, copy, "", false, &saved.full);
+  ASSERT_TRUE(scanned.status.ok()) << scanned.status.ToString();
+  EXPECT_EQ(scanned.diff.max, 0.0) << scanned.diff.worst;
+  EXPECT_EQ(scanned.files_read[0], std::vector<int>({0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(ZeroCkpt(fmt::format("verify '{}'", copy), &err), 0) << err;
+}
+
+// Experts: the 16-bit file of a DP2 x EP2 stage-3 save holds every expert (each ep rank saved
+// its own), each the gathered master rounded to bf16.
+TEST(GridCheckpointTest, Writes16BitWeightsOfEveryExpert) {
+  GridSpec spec = Grid(1, 1, 2, 3);
+  spec.experts = 4;
+  spec.ep = 2;
+  const std::string root = TempRoot("experts16");
+  const RunOut saved = RunGrid(spec, 0, kSaveAfter, "", root, true, nullptr,
+                               [](GridGptOptions& o) { With16Bit(o); });
+  ASSERT_TRUE(saved.status.ok()) << saved.status.ToString();
+  auto dir = ResolveCheckpointDir(root);
+  ASSERT_TRUE(dir.ok());
+  auto got = ReadAllTensors(*dir + "/" + kConsolidated16BitFile);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_TRUE(std::any_of(got->values.begin(), got->values.end(), [](const auto& kv) {
+    return kv.first.find("experts.3.fc.weight") != std::string::npos;
+  }));
+  ExpectTensors(*got, saved.full, Bf16, "the 16-bit file with experts");
 }
 
 }  // namespace

@@ -161,5 +161,70 @@ TEST(ParamPlacementTest, TpJsonRoundTripsAndRejectsBadSizes) {
   EXPECT_FALSE(PlacementFromJson("w", {37, 3}, bad).ok());
 }
 
+// [Note: piece lookup]: PieceIndex::Find against a scan of every piece (the simple reference),
+// for every element of every tp rank, over many pieces of uneven sizes in shuffled order
+// (including empty ones), and PlanCopy over them reproduces SliceFull.
+TEST(ParamPlacementTest, PieceLookupAgreesWithAScan) {
+  std::mt19937 rng(11);
+  const TpParamLayout layout = TpParamLayout::SplitRows({64, 9}, 1);
+  const int tp = 4;
+  std::vector<SavedPiece> pieces;
+  for (int r = 0; r < tp; ++r) {
+    const int64_t n = layout.local_numel(tp);
+    for (int64_t at = 0; at < n;) {
+      const int64_t end = std::min(n, at + int64_t(rng() % 7));  // 0..6 elements
+      pieces.push_back({Place(layout, r, tp), at, end});
+      at = end;
+    }
+  }
+  std::shuffle(pieces.begin(), pieces.end(), rng);
+  auto index = PieceIndex::Create("w", pieces);
+  ASSERT_TRUE(index.ok()) << index.status().ToString();
+  for (int r = 0; r < tp; ++r) {
+    for (int64_t x = 0; x < layout.local_numel(tp) + 2; ++x) {
+      int scan = -1;
+      for (size_t i = 0; i < pieces.size(); ++i) {
+        if (pieces[i].placement.tp_rank == r && pieces[i].begin <= x && x < pieces[i].end) {
+          scan = int(i);
+        }
+      }
+      ASSERT_EQ(index->Find(r, x), scan) << "rank " << r << " element " << x;
+    }
+  }
+  const ParamPlacement want = Place(layout, 1, 2);
+  auto plan = PlanCopy(want, 0, want.local_numel(), *index);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  std::vector<float> got(size_t(want.local_numel()));
+  for (const CopyRun& run : *plan) {
+    const SavedPiece& p = pieces[size_t(run.piece)];
+    const std::vector<float> local = LocalValues(layout, p.placement.tp_rank, tp);
+    for (int64_t k = 0; k < run.count; ++k) {
+      got[size_t(run.dst + k)] = local[size_t(p.begin + run.src + k)];
+    }
+  }
+  EXPECT_EQ(got, LocalValues(layout, 1, 2));
+}
+
+// Two pieces holding the same element are a corrupt checkpoint: InvalidArgument naming the
+// parameter and both ranges.
+TEST(ParamPlacementTest, OverlappingPiecesAreInvalidArgument) {
+  const TpParamLayout layout = TpParamLayout::SplitColumns({2, 4});
+  std::vector<SavedPiece> pieces = {
+      {Place(layout, 0, 2), 0, 3}, {Place(layout, 1, 2), 0, 4}, {Place(layout, 0, 2), 2, 4}};
+  auto index = PieceIndex::Create("w", pieces);
+  ASSERT_FALSE(index.ok());
+  EXPECT_EQ(index.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(index.status().message().find("'w': saved pieces [0, 3) and [2, 4) of tp rank 0"),
+            std::string::npos)
+      << index.status().ToString();
+  EXPECT_FALSE(PlanCopy(Place(layout, 0, 1), 0, 8, pieces).ok());
+  // An exact copy (an ep-replicated router saved on every ep rank) is read from the first.
+  pieces = {{Place(layout, 0, 2), 0, 4}, {Place(layout, 1, 2), 0, 4}, {Place(layout, 0, 2), 0, 4}};
+  index = PieceIndex::Create("w", pieces);
+  ASSERT_TRUE(index.ok()) << index.status().ToString();
+  EXPECT_EQ(index->Find(0, 3), 0);
+  EXPECT_EQ(index->Find(1, 0), 1);
+}
+
 }  // namespace
 }  // namespace zs
