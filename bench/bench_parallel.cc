@@ -75,6 +75,31 @@ const nn::GptConfig kModel{/*vocab=*/96, /*max_seq=*/64, /*layers=*/6, /*hidden=
 const nn::GptConfig kBubbleModel{/*vocab=*/2048, /*max_seq=*/32, /*layers=*/16, /*hidden=*/128,
                                  /*heads=*/4};
 
+// The segment-cost probe on two ranks (one per core), as GridGpt's measured partition runs it.
+StatusOr<SegmentKindCosts> ProbeOnTwoRanks(const nn::GptConfig& base, int64_t vocab) {
+  SegmentKindCosts costs;
+  // Two ranks, as the partition's own probe runs (GridGpt, PartitionCost::kMeasured): the
+  // head's matmul and a block's attention slow down differently when both cores compute.
+  Status s = RunLocalRanks(2, CommOptions{},
+                           [&](int rank, Communicator& comm, MemoryTracker& tracker) -> Status {
+    ZS_ASSIGN_OR_RETURN(RankGrid grid, RankGrid::Create(1, 2, 1, 2));
+    ZS_ASSIGN_OR_RETURN(ProcessGroups groups, ProcessGroups::Create(comm, grid));
+    ZS_ASSIGN_OR_RETURN(auto device, CreateDevice("cpu", tracker));
+    SegmentCostProbeOptions o;
+    o.model.gpt = base;
+    o.model.gpt.vocab = vocab;
+    o.micro_batch = kGlobalBatch / kMicroBatches;
+    o.seq = base.max_seq;
+    o.warmup = 2;
+    o.repeats = 9;
+    ZS_ASSIGN_OR_RETURN(SegmentKindCosts c, MeasureSegmentCosts(o, groups, *device, &tracker));
+    if (rank == 0) costs = c;  // every rank gets the same costs
+    return OkStatus();
+  });
+  if (!s.ok()) return s;
+  return costs;
+}
+
 // [Note: a balanceable bubble model] The bubble formula assumes equal stages. With cuts only
 // between segments (embedding, blocks, head), kBubbleModel's stages cannot be equal on two
 // ranks: its head costs about 1.2 blocks on the CPUs measured, so the best cut leaves the
@@ -89,29 +114,7 @@ const nn::GptConfig kBubbleModel{/*vocab=*/2048, /*max_seq=*/32, /*layers=*/16, 
 // its head's width is fitted to the machine. The partition then measures the fitted model
 // again and cuts it itself: nothing forces the cut.
 StatusOr<nn::GptConfig> BalanceableBubbleModel(const nn::GptConfig& base) {
-  auto probe = [&](int64_t vocab) -> StatusOr<SegmentKindCosts> {
-    SegmentKindCosts costs;
-    // Two ranks, as the partition's own probe runs (GridGpt, PartitionCost::kMeasured): the
-    // head's matmul and a block's attention slow down differently when both cores compute.
-    Status s = RunLocalRanks(2, CommOptions{},
-                             [&](int rank, Communicator& comm, MemoryTracker& tracker) -> Status {
-      ZS_ASSIGN_OR_RETURN(RankGrid grid, RankGrid::Create(1, 2, 1, 2));
-      ZS_ASSIGN_OR_RETURN(ProcessGroups groups, ProcessGroups::Create(comm, grid));
-      ZS_ASSIGN_OR_RETURN(auto device, CreateDevice("cpu", tracker));
-      SegmentCostProbeOptions o;
-      o.model.gpt = base;
-      o.model.gpt.vocab = vocab;
-      o.micro_batch = kGlobalBatch / kMicroBatches;
-      o.seq = base.max_seq;
-      o.warmup = 2;
-      o.repeats = 9;
-      ZS_ASSIGN_OR_RETURN(SegmentKindCosts c, MeasureSegmentCosts(o, groups, *device, &tracker));
-      if (rank == 0) costs = c;  // every rank gets the same costs
-      return OkStatus();
-    });
-    if (!s.ok()) return s;
-    return costs;
-  };
+  auto probe = [&](int64_t vocab) { return ProbeOnTwoRanks(base, vocab); };
   const int64_t v1 = base.vocab, v0 = base.vocab / 4;
   ZS_ASSIGN_OR_RETURN(SegmentKindCosts c1, probe(v1));
   ZS_ASSIGN_OR_RETURN(SegmentKindCosts c0, probe(v0));
@@ -328,6 +331,63 @@ BENCHMARK(BM_Grid)
     ->Args({2, 2, 2})
     ->UseManualTime()
     ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
+
+// [Note: phase split] GPipe runs every forward, then every backward, so each phase is paced by
+// its own slowest stage, and stages balanced on forward + backward are equal in both phases only
+// if every segment splits its work between the phases alike. A block's forward is about a third
+// of its forward + backward; the head's was about half: its forward ran the vocabulary matmul
+// and the cross-entropy's passes over rows x vocabulary (max, exp and sum, normalize) with a
+// scalar std::exp per element, its backward two matmuls and one pass. So the last stage (blocks +
+// head) was heavier in the forward phase and lighter in the backward one, and GPipe's bubble
+// stayed 1.3x the formula on stages whose totals were equal. The cross-entropies now run SIMD
+// row kernels (runtime/nn/softmax_kernels.h); the rest of the head's forward excess is the
+// logits matmul itself (a [rows x hidden] by [hidden x vocab] product writing rows x vocab,
+// which OpenBLAS runs less efficiently than the backward's two). BM_SegmentPhases measures it.
+//
+// BM_SegmentPhases/model: how each segment kind of BM_Bubble's model (0: GPT-2-like, 1:
+// balanceable) splits its work between forward and backward, by the segment-cost probe on two
+// ranks ([Note: phase split]). Counters: each kind's forward and backward over a block's, and
+// `*_forward_share`, its forward over its forward + backward.
+void BM_SegmentPhases(benchmark::State& state) {
+  nn::GptConfig model = kBubbleModel;
+  if (state.range(0) == 1) {
+    const StatusOr<nn::GptConfig>& fitted = BalancedBubbleModel();
+    if (!fitted.ok()) return state.SkipWithError(fitted.status().ToString().c_str());
+    model = *fitted;
+  }
+  std::vector<SegmentKindCosts> runs;
+  for (auto _ : state) {
+    auto t0 = std::chrono::steady_clock::now();
+    StatusOr<SegmentKindCosts> c = ProbeOnTwoRanks(model, model.vocab);
+    if (!c.ok()) return state.SkipWithError(c.status().ToString().c_str());
+    state.SetIterationTime(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    runs.push_back(*c);
+  }
+  auto median = [&](auto&& f) {
+    std::vector<double> v;
+    for (const SegmentKindCosts& c : runs) v.push_back(f(c));
+    return Median(std::move(v));
+  };
+  using C = const SegmentKindCosts&;
+  state.counters["block_forward_share"] = median([](C c) { return c.block_forward / c.block; });
+  state.counters["head_forward_share"] = median([](C c) { return c.head_forward / c.head; });
+  state.counters["embed_forward_share"] = median([](C c) { return c.embed_forward / c.embed; });
+  state.counters["head_vs_block"] = median([](C c) { return c.head / c.block; });
+  state.counters["head_fwd_vs_block_fwd"] =
+      median([](C c) { return c.head_forward / c.block_forward; });
+  state.counters["head_bwd_vs_block_bwd"] = median(
+      [](C c) { return (c.head - c.head_forward) / (c.block - c.block_forward); });
+  state.counters["vocab"] = double(model.vocab);
+  state.SetLabel(runs.back().ToString());
+}
+BENCHMARK(BM_SegmentPhases)
+    ->ArgNames({"model"})
+    ->Arg(0)
+    ->Arg(1)
+    ->UseManualTime()
+    ->Iterations(3)
     ->Unit(benchmark::kMillisecond);
 
 void BM_Bubble(benchmark::State& state) {

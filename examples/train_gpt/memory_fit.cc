@@ -10,7 +10,6 @@ namespace zs {
 
 Status CheckMemoryFits(const Args& args, const EngineConfig& config, int64_t vocab,
                        const LaunchInfo& launch, int dp_size) {
-  if (args.experts > 0) return OkStatus();
   StatusOr<ScheduleKind> schedule = ParseScheduleKind(args.schedule);
   if (!schedule.ok()) return OkStatus();  // refused with its flag where the grid is built
   GptShape shape;
@@ -20,8 +19,12 @@ Status CheckMemoryFits(const Args& args, const EngineConfig& config, int64_t voc
   shape.vocab = vocab;
   shape.seq = args.seq;
   shape.micro_batch = config.train_micro_batch_size_per_gpu;
+  shape.experts = args.experts;
+  shape.top_k = args.top_k;
+  shape.capacity_factor = args.capacity_factor;
   PlanChoice choice;
   choice.grid = {args.tp, args.pp, dp_size, *schedule, args.virtual_stages, args.sequence_parallel};
+  choice.grid.ep = args.ep;
   choice.stage = config.zero_optimization.stage;
   const OffloadDevice opt = config.zero_optimization.offload_optimizer.device;
   const OffloadDevice par = config.zero_optimization.offload_param.device;

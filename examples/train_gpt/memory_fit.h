@@ -2,8 +2,9 @@
 // Sizes that cannot fit are refused before anything is allocated (a --micro-batch of 2^20 or a
 // --seq of 65536 died of std::bad_alloc before): zero-plan's plan of this run (runtime/plan,
 // within 3% of what the tracker measures) for the busiest rank, times the ranks on this host,
-// against the host's physical memory (CPU ranks keep every tier in it). Runs the planner does
-// not model (experts) are not checked.
+// against the host's physical memory (CPU ranks keep every tier in it). With --experts the
+// plan has the expert engine beside the dense one and the MoE layers' activations at full
+// capacity (zero-plan's --experts, --ep, --top-k, --capacity-factor).
 //
 // Contract
 // - Pure apart from reading the host's physical memory (sysconf); thread-safe. OutOfMemory

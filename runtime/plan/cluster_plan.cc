@@ -150,6 +150,7 @@ StatusOr<PlanRow> PlanStages(const std::vector<StageModel>& stages, const Engine
     in.units = s.units;
     in.order = s.order;
     in.dp = choice.grid.dp;
+    in.edp = choice.grid.dp / choice.grid.ep;  // GridShape checked by GptStages
     in.model_activation_bytes = s.activation_bytes;
     ZS_ASSIGN_OR_RETURN(RankPlan p, PlanRankMemory(in));
     const int64_t device = p.TierPeak(MemoryTier::kDevice);
@@ -203,13 +204,14 @@ StatusOr<PlanRow> PlanGpt(const GptShape& shape, const EngineConfig& base, const
 }
 
 StatusOr<Recommendation> Recommend(const GptShape& shape, const EngineConfig& base,
-                                   int micro_batches, const ClusterSpec& cluster) {
+                                   int micro_batches, const ClusterSpec& cluster, int ep) {
   ZS_RETURN_IF_ERROR(CheckCluster(cluster));
-  // Checks the shape once, with a 1-device grid, so errors name the model's flags.
-  ZS_RETURN_IF_ERROR(GptStages(GptShape{shape.layers, shape.hidden, shape.heads, shape.vocab,
-                                        shape.seq, shape.micro_batch},
-                               GridShape{1, 1, 1}, false, micro_batches)
-                         .status());
+  // Checks the shape once, with a grid of one ep group, so errors name the model's flags.
+  {
+    GridShape one{1, 1, shape.experts > 0 ? ep : 1};
+    one.ep = ep;
+    ZS_RETURN_IF_ERROR(GptStages(shape, one, false, micro_batches).status());
+  }
   struct Candidate {
     std::tuple<int, int, int, int, int, int, int> key;
     PlanChoice choice;
@@ -227,6 +229,7 @@ StatusOr<Recommendation> Recommend(const GptShape& shape, const EngineConfig& ba
          ++pp) {
       if ((cluster.devices / tp) % pp != 0) continue;
       const int dp = cluster.devices / (tp * pp);
+      if (dp % ep != 0) continue;  // the expert-parallel groups cut dp
       for (int o = 0; o < 5; ++o) {
         for (int rc = 0; rc < 2; ++rc) {
           for (int stage = 0; stage <= 3; ++stage) {
@@ -234,6 +237,7 @@ StatusOr<Recommendation> Recommend(const GptShape& shape, const EngineConfig& ba
             for (int b = 0; b < 2; ++b) {
               if (b == 1 && buckets[1] == buckets[0]) continue;
               PlanChoice c{GridShape{tp, pp, dp}, stage, offloads[o], rc == 1, buckets[b]};
+              c.grid.ep = ep;
               all.push_back({{o, rc, stage == 3, tp * pp, pp, stage, b}, c});
             }
           }
@@ -248,17 +252,27 @@ StatusOr<Recommendation> Recommend(const GptShape& shape, const EngineConfig& ba
   for (const Candidate& c : all) {
     // A lower bound of the device bytes skips hopeless grids without planning them: the mean
     // rank (the largest holds at least as much) keeps its compute-dtype parameters and
-    // gradients and, without offload, at least the fp32 master, as the stage shards them.
+    // gradients and, without offload, at least the fp32 master, as the stage shards them: the
+    // dense part split over tp x pp and sharded over dp, the experts (replicated over tp)
+    // split over pp x ep and sharded over dp / ep.
     {
       const PlanChoice& ch = c.choice;
-      const double psi = double(GptParameterCount(shape)) / double(ch.grid.tp * ch.grid.pp);
-      const double n = ch.grid.dp, cb = (base.bf16.enabled || base.fp16.enabled) ? 2.0 : 4.0;
+      const double expert_psi = double(GptExpertParameterCount(shape));
+      const double dense_psi =
+          (double(GptParameterCount(shape)) - expert_psi) / double(ch.grid.tp * ch.grid.pp);
+      const double cb = (base.bf16.enabled || base.fp16.enabled) ? 2.0 : 4.0;
       const bool opt_off = ch.offload != OffloadChoice::kNone;
       const bool par_off =
           ch.offload == OffloadChoice::kCpuAll || ch.offload == OffloadChoice::kNvmeAll;
-      double bound = par_off ? 0.0 : cb * psi / (ch.stage >= 3 ? n : 1.0);
-      bound += (opt_off && ch.stage >= 2) ? 0.0 : cb * psi / (ch.stage >= 2 ? n : 1.0);
-      bound += opt_off ? 0.0 : 4.0 * psi / (ch.stage >= 1 ? n : 1.0);
+      auto states = [&](double psi, double n) {
+        double b = par_off ? 0.0 : cb * psi / (ch.stage >= 3 ? n : 1.0);
+        b += (opt_off && ch.stage >= 2) ? 0.0 : cb * psi / (ch.stage >= 2 ? n : 1.0);
+        b += opt_off ? 0.0 : 4.0 * psi / (ch.stage >= 1 ? n : 1.0);
+        return b;
+      };
+      const double bound =
+          states(dense_psi, ch.grid.dp) +
+          states(expert_psi / double(ch.grid.pp * ch.grid.ep), double(ch.grid.dp / ch.grid.ep));
       if (bound > cluster.device_memory) {
         PlanRow row;
         row.choice = ch;
@@ -291,9 +305,10 @@ StatusOr<Recommendation> Recommend(const GptShape& shape, const EngineConfig& ba
   }
   auto describe = [](const PlanChoice& c) {
     return fmt::format(
-        "stage {}, offload {}, tp {} x pp {} x dp {}, recompute {}, reduce bucket "
+        "stage {}, offload {}, tp {} x pp {} x dp {}{}, recompute {}, reduce bucket "
         "{:.3g} elements",
         c.stage, OffloadChoiceName(c.offload), c.grid.tp, c.grid.pp, c.grid.dp,
+        c.grid.ep > 1 ? fmt::format(" (ep {})", c.grid.ep) : std::string(),
         c.recompute ? "on" : "off", double(c.reduce_bucket_size));
   };
   if (!rec.found) {

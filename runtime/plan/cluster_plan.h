@@ -4,7 +4,8 @@
 // Contract
 // - Every figure is PlanRankMemory's (rank_memory_plan.h: the runtime's own layout, bucket,
 //   gather and offload code on a counting device) for the stages GptStages builds
-//   (gpt_plan_model.h); nothing is allocated per element.
+//   (gpt_plan_model.h); nothing is allocated per element. With experts a rank runs two engines
+//   as GridGpt does: the dense units over dp, the "block.i.moe" units over dp / ep.
 // - A grid's rank memory is the largest over its pipeline stages; only the stages that can be
 //   the largest are planned (the first, the second, the last and the one with the most
 //   parameters: middle stages differ only in their units and in micro-batches in flight,
@@ -92,8 +93,10 @@ struct Recommendation {
   std::string why;             // one paragraph: the choice and what ruled out the cheaper ones
 };
 
+// With experts, `ep` is the expert-parallel degree every candidate keeps (grids whose dp it
+// does not divide are skipped).
 StatusOr<Recommendation> Recommend(const GptShape& shape, const EngineConfig& base,
-                                   int micro_batches, const ClusterSpec& cluster);
+                                   int micro_batches, const ClusterSpec& cluster, int ep = 1);
 
 // The quick form: psi parameters over dp ranks, as the ZeRO paper's Figure 1 counts them
 // (mixed-precision Adam: 2 + 2 + 12 bytes per parameter), beside the real layout of a model of

@@ -3,10 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
+#include "runtime/parallel/expert/moe_config.h"
+#include "runtime/parallel/expert/moe_mlp.h"
 #include "runtime/parallel/pipeline/stage_partition.h"
-#include "runtime/parallel/tensor/tp_gpt.h"
+#include "runtime/parallel/gpt/tp_gpt.h"
 #include "runtime/plan/null_communicator.h"
 
 namespace zs {
@@ -19,19 +22,32 @@ constexpr int64_t kF = 4, kI = 4;  // bytes of a float and of an int32 the model
 // dprobs, dact) sized too. tp = 1 is nn::TransformerBlock's. With sequence parallelism the
 // LayerNorm and residual regions hold this rank's row block only (rows / tp); attention and
 // the MLP work on all rows of their width share, as without it.
+// With experts (`moe` non-null) the MLP's buffers give way to the MoeActivations' (their most,
+// [Note: activations counted as the model keeps them]), the same in forward and backward.
 int64_t BlockBytes(int64_t batch, int64_t seq, int64_t hidden, int64_t heads, int tp,
-                   bool sequence_parallel, bool backward) {
+                   bool sequence_parallel, bool backward, const int64_t* moe = nullptr) {
   const int64_t r = batch * seq, w = hidden / tp, a = heads / tp;
   const int64_t lr = sequence_parallel ? r / tp : r;    // rows of the LayerNorm regions
   int64_t floats = 4 * lr * hidden + 4 * lr;            // ln1_out, x1, ln2_out, scratch_a; stats
   floats += 3 * r * w + batch * a * seq * seq + r * w;  // qkv_out, probs, ctx
-  floats += 2 * r * 4 * w;                              // mlp pre, act
+  if (moe == nullptr) floats += 2 * r * 4 * w;          // mlp pre, act
   if (backward) {
-    floats += lr * hidden;                    // scratch_b
-    floats += r * w + 3 * r * w + seq * seq;  // dctx, dqkv, dprobs
-    floats += r * 4 * w;                      // dact
+    floats += lr * hidden;                            // scratch_b
+    floats += r * w + 3 * r * w + seq * seq;          // dctx, dqkv, dprobs
+    if (moe == nullptr) floats += r * 4 * w;          // dact
   }
-  return floats * kF;
+  return floats * kF + (moe != nullptr ? *moe : 0);
+}
+
+// The MoE layer's settings as TpGpt builds them (tp_gpt.cc: F = 4H).
+MoeConfig MoeOf(const GptShape& s) {
+  MoeConfig c;
+  c.hidden = s.hidden;
+  c.ffn = 4 * s.hidden;
+  c.num_experts = s.experts;
+  c.top_k = s.top_k;
+  c.capacity_factor = s.capacity_factor;
+  return c;
 }
 
 Status CheckShape(const GptShape& s, const GridShape& g) {
@@ -62,6 +78,38 @@ Status CheckShape(const GptShape& s, const GridShape& g) {
         fmt::format("--heads {} is not divisible by --tp {}", s.heads, g.tp));
   }
   ZS_RETURN_IF_ERROR(positive("--virtual-stages", g.virtual_stages));
+  // Experts, as GridGpt and MoeMlp refuse them, named by the flags.
+  if (s.experts < 0) {
+    return InvalidArgumentError(fmt::format("--experts {} must be >= 0", s.experts));
+  }
+  if (s.experts == 0 && g.ep != 1) {
+    return InvalidArgumentError(fmt::format("--ep {} without --experts", g.ep));
+  }
+  if (s.experts > 0) {
+    ZS_RETURN_IF_ERROR(positive("--ep", g.ep));
+    if (g.dp % g.ep != 0) {
+      return InvalidArgumentError(fmt::format(
+          "--ep {} does not divide --dp {} (each data-parallel group is cut into groups of ep "
+          "consecutive ranks)",
+          g.ep, g.dp));
+    }
+    if (s.experts % g.ep != 0) {
+      return InvalidArgumentError(
+          fmt::format("--experts {} is not divisible by --ep {}", s.experts, g.ep));
+    }
+    if (s.top_k != 1 && s.top_k != 2) {
+      return InvalidArgumentError(fmt::format("--top-k {} is not 1 or 2", s.top_k));
+    }
+    if (s.top_k > s.experts) {
+      return InvalidArgumentError(
+          fmt::format("--top-k {} is more than --experts {}", s.top_k, s.experts));
+    }
+    if (!(s.capacity_factor > 0) || !std::isfinite(s.capacity_factor)) {
+      return InvalidArgumentError(
+          fmt::format("--capacity-factor {} must be finite and > 0", s.capacity_factor));
+    }
+    ZS_RETURN_IF_ERROR(ValidateMoeConfig(MoeOf(s), g.ep));
+  }
   if (g.pp > s.layers + 2) {
     return InvalidArgumentError(
         fmt::format("--pp {} is more than the {} pipeline segments (embed, --layers {}, head)",
@@ -78,9 +126,17 @@ Status CheckShape(const GptShape& s, const GridShape& g) {
 
 }  // namespace
 
+int64_t GptExpertParameterCount(const GptShape& s) {
+  const int64_t h = s.hidden;
+  // Per layer: the router [E, H], then E experts of the MLP's 8 h^2 + 5 h.
+  return s.experts > 0 ? int64_t(s.layers) * s.experts * (h + 8 * h * h + 5 * h) : 0;
+}
+
 int64_t GptParameterCount(const GptShape& s) {
   const int64_t h = s.hidden;
-  return s.vocab * h + s.seq * h + int64_t(s.layers) * (12 * h * h + 13 * h) + 2 * h;
+  const int64_t mlp = s.experts > 0 ? 0 : 8 * h * h + 5 * h;
+  return s.vocab * h + s.seq * h + int64_t(s.layers) * (4 * h * h + 8 * h + mlp) + 2 * h +
+         GptExpertParameterCount(s);
 }
 
 int64_t NnGptActivationBytes(const nn::GptConfig& c, int64_t batch, int64_t seq) {
@@ -109,11 +165,19 @@ StatusOr<std::vector<StageModel>> GptStages(const GptShape& shape, const GridSha
   if (micro_batches < 1) {
     return InvalidArgumentError(fmt::format("--micro-batches {} must be positive", micro_batches));
   }
-  tp::TpGptConfig config;
+  parallel::TpGptConfig config;
   config.gpt = nn::GptConfig{shape.vocab, shape.seq, shape.layers, shape.hidden, shape.heads};
   config.sequence_parallel = grid.sequence_parallel;
+  const bool experts = shape.experts > 0;
+  if (experts) {
+    config.moe.experts = shape.experts;
+    config.moe.top_k = shape.top_k;
+    config.moe.capacity_factor = shape.capacity_factor;
+  }
   NullCommunicator tp_comm(0, grid.tp, "tp");
-  ZS_ASSIGN_OR_RETURN(std::unique_ptr<tp::TpGpt> model, tp::TpGpt::Create(config, tp_comm));
+  NullCommunicator ep_comm(0, grid.ep, "ep");
+  ZS_ASSIGN_OR_RETURN(std::unique_ptr<parallel::TpGpt> model,
+                      parallel::TpGpt::Create(config, tp_comm, experts ? &ep_comm : nullptr));
   const ModelSpec& spec = model->spec();
   const std::vector<double> costs = model->SegmentCosts();
   ZS_ASSIGN_OR_RETURN(StagePartition partition,
@@ -125,9 +189,16 @@ StatusOr<std::vector<StageModel>> GptStages(const GptShape& shape, const GridSha
   const int64_t local_rows = model->local_rows(rows);  // rows / tp with sequence parallelism
   const int64_t local_vocab = model->padded_vocab() / grid.tp;
   const bool sp = grid.sequence_parallel;
+  // Experts run on GridGpt (train_gpt's grid path) also at tp = pp = 1.
   const bool data_parallel_only =
-      grid.tp == 1 && grid.pp == 1 && grid.virtual_stages == 1 && !recompute && !sp;
-  const int embed = tp::TpGpt::kEmbedUnit, head = model->head_unit();
+      grid.tp == 1 && grid.pp == 1 && grid.virtual_stages == 1 && !recompute && !sp && !experts;
+  // One MoE layer's activations per micro-batch, at their most (all rows of the micro-batch).
+  const int64_t moe_bytes =
+      experts ? MoeActivations::BytesAfterForward(MoeOf(shape), rows,
+                                                  MoeRowBound(MoeOf(shape), rows, grid.ep))
+              : 0;
+  const int64_t* moe = experts ? &moe_bytes : nullptr;
+  const int embed = parallel::TpGpt::kEmbedUnit, head = model->head_unit();
   std::vector<StageModel> stages;
   for (int r = 0; r < grid.pp; ++r) {
     StageModel st;
@@ -144,6 +215,8 @@ StatusOr<std::vector<StageModel>> GptStages(const GptShape& shape, const GridSha
           for (const ParamSpec& p : spec.units[size_t(u)].params) {
             pu.param_sizes.push_back(p.numel());
           }
+          // GridGpt's expert engine holds the layers' "block.i.moe" units.
+          pu.expert = experts && seg >= 1 && seg <= shape.layers && u == model->moe_unit(seg - 1);
           st.units.push_back(std::move(pu));
         }
       }
@@ -177,8 +250,8 @@ StatusOr<std::vector<StageModel>> GptStages(const GptShape& shape, const GridSha
         m.forward += rows * kI + (local_rows * H + 2 * local_rows + rows * local_vocab) * kF;
         m.backward_adds += local_rows * H * kF;  // dxf
       }
-      const int64_t block_forward = BlockBytes(B, T, H, shape.heads, grid.tp, sp, false);
-      const int64_t block_backward = BlockBytes(B, T, H, shape.heads, grid.tp, sp, true);
+      const int64_t block_forward = BlockBytes(B, T, H, shape.heads, grid.tp, sp, false, moe);
+      const int64_t block_backward = BlockBytes(B, T, H, shape.heads, grid.tp, sp, true, moe);
       if (!recompute) {
         m.forward += m.nb * block_forward;
         m.backward_adds += m.nb * (block_backward - block_forward);

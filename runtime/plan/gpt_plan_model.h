@@ -1,12 +1,14 @@
 // GptPlanModel: what one rank of a GPT on a tp x pp x dp grid holds, as the planner needs it:
-// its pipeline stage's units (tp-local shapes, from tp::TpGpt's own spec), the bracket order of
+// its pipeline stage's units (tp-local shapes, from TpGpt's own spec), the bracket order of
 // one micro-batch, and the bytes of activations the model keeps.
 //
 // Contract
-// - Units and shapes come from the model code itself: tp::TpGpt::Create over a NullCommunicator
+// - Units and shapes come from the model code itself: TpGpt::Create over a NullCommunicator
 //   of size tp (tp rank 0: replicated LayerNorm parameters and the padded vocabulary included),
 //   cut into pp stages by PartitionStages over TpGpt::SegmentCosts (GridGpt's default partition
-//   by parameter count). Nothing is allocated per element: a trillion-parameter GPT's stages
+//   by parameter count). With experts, TpGpt gets a NullCommunicator of size ep as its ep
+//   group (ep rank 0: every ep rank holds as many experts), so "block.i.moe" holds the router
+//   and experts / ep experts, marked for the expert engine (GridGpt: sharded over dp / ep). Nothing is allocated per element: a trillion-parameter GPT's stages
 //   are built in milliseconds.
 // - [Note: activations counted as the model keeps them] Activation bytes mirror the vectors the
 //   model code sizes (a vector's capacity is what it was resized to):
@@ -23,6 +25,10 @@
 //       holds `virtual_stages` GptChunks of PartitionVirtualStages' cut, each with its own
 //       fixed buffers), one micro-batch at a time with its backward scratch; plus one pipeline
 //       message each way and the tied-embedding link's wte-sized buffers under pp > 1.
+//       With experts each block's TpBlockActivations keeps MoeActivations instead of the MLP's:
+//       MoeActivations::BytesAfterForward at MoeRowBound's rows (moe_config.h: every expert
+//       full to its capacity, the most the layer can hold; fewer rows when routing leaves
+//       experts short), on all batch x seq rows of the micro-batch at any tp.
 //       GptChunk reports to the tracker after each forward and after each backward has dropped
 //       its micro-batch, so its tracked peak lacks the backward scratch: chunk_tracked_bytes is
 //       the sum of the rank's chunks' own peaks (GridGpt::activation_peak_bytes), and
@@ -36,7 +42,10 @@
 //   seq) not divisible by tp under sequence parallelism, heads or 4H not
 //   divisible by tp, more pipeline chunks (pp x virtual stages) than layers + 2 segments, and
 //   the schedule's own refusals (BuildSchedule: virtual stages without the interleaved
-//   schedule, interleaved micro-batches not a multiple of pp).
+//   schedule, interleaved micro-batches not a multiple of pp); with experts (as GridGpt and
+//   MoeMlp refuse them): --experts negative, --ep without --experts, --ep not dividing --dp,
+//   --experts not divisible by --ep, --top-k outside {1, 2} or above --experts, and
+//   --capacity-factor not positive.
 // - Threads: any.
 #pragma once
 
@@ -58,6 +67,12 @@ struct GptShape {
   int64_t vocab = 0;
   int64_t seq = 0;          // sequence length (and positions in wpe)
   int64_t micro_batch = 1;  // sequences per micro-batch per dp rank
+  // Mixture of experts (TpMoeOptions): `experts` experts of the MLP's shape replace every
+  // block's MLP (0: dense), each token routed to top_k of them, each expert keeping at most
+  // ExpertCapacity (moe_config.h) of a rank's tokens per micro-batch.
+  int experts = 0;
+  int top_k = 2;
+  double capacity_factor = 1.25;
 };
 
 struct GridShape {
@@ -69,13 +84,16 @@ struct GridShape {
   ScheduleKind schedule = ScheduleKind::kOneFOneB;
   int virtual_stages = 1;
   bool sequence_parallel = false;  // Megatron's, over the tp group (TpGptConfig)
+  // Experts: the expert-parallel degree (GridGptOptions::ep): it divides dp; each rank holds
+  // experts / ep experts, whose states its expert engine shards over dp / ep ranks.
+  int ep = 1;
   int world() const { return tp * pp * dp; }
 };
 
 // One pipeline stage's rank (tp rank 0 of it).
 struct StageModel {
   int pp_rank = 0;
-  std::vector<PlanUnit> units;
+  std::vector<PlanUnit> units;     // with experts, "block.i.moe" marked PlanUnit::expert
   std::vector<PlanBracket> order;  // one micro-batch
   int64_t activation_bytes = 0;    // what the model keeps at its peak
   // Of it, what the model code reports to the tracker (GptChunk::peak_activation_bytes: its
@@ -85,8 +103,11 @@ struct StageModel {
   std::string segments;  // "embed, block.0-block.11"
 };
 
-// The full model's parameter count (nn::Gpt's, tied embedding counted once).
+// The full model's parameter count (nn::Gpt's, tied embedding counted once; with experts every
+// expert and the routers, TpGpt::full_numel()).
 int64_t GptParameterCount(const GptShape& shape);
+// Of it, the experts' and the routers' (0 for a dense GPT).
+int64_t GptExpertParameterCount(const GptShape& shape);
 
 // nn::Gpt::activation_bytes() after a ForwardBackward of `batch` x `seq`.
 int64_t NnGptActivationBytes(const nn::GptConfig& config, int64_t batch, int64_t seq);

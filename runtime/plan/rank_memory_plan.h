@@ -20,8 +20,9 @@
 // - NVMe stores are counted, not created: the swap file's bytes (every array rounded up to
 //   4 KiB, as ShardStore lays out an NVMe slot) under kNvme and the staging buffers in host
 //   memory, as offload/shard_store.cc counts them.
-// - Errors: InvalidArgument naming the value for a bad world size, rank, alignment, a bracket
-//   of an unknown unit or an unbalanced bracket order; nothing is ever exited.
+// - Errors: InvalidArgument naming the value for a bad world size (dp, or edp not dividing it),
+//   rank, alignment, a bracket of an unknown unit or an unbalanced bracket order; nothing is
+//   ever exited.
 // - Threads: any; calls are independent.
 #pragma once
 
@@ -41,6 +42,11 @@ namespace zs {
 struct PlanUnit {
   std::string name;
   std::vector<int64_t> param_sizes;
+  // [Note: frozen units] (zero_engine.h): parameters only, no gradient, no optimizer tiles, no
+  // bucket; its backward still stages an fp32 gradient as scratch.
+  bool frozen = false;
+  // Held by the expert engine (GridGpt: "block.i.moe", sharded over edp), not the dense one.
+  bool expert = false;
   int64_t numel() const;
 };
 
@@ -57,6 +63,11 @@ struct RankPlanInput {
   std::vector<PlanBracket> order;  // one micro-batch's brackets, forward then backward
   int dp = 1;                      // data-parallel world size
   int dp_rank = 0;                 // the rank planned (padding makes every rank alike)
+  // [Note: two engines] Units marked `expert` belong to a second engine of the same config over
+  // the expert-data-parallel group of `edp` ranks (GridGpt's expert engine: dp / ep ranks, edp
+  // rank dp_rank / ep); the rest to the dense engine over dp. Both allocate from one device,
+  // so the peaks are the two engines' joint peaks over the one bracket order.
+  int edp = 1;
   // What the model keeps besides the engine (activations, pipeline message buffers), held
   // through the step, in this tier, under kActivations.
   int64_t model_activation_bytes = 0;
@@ -65,15 +76,18 @@ struct RankPlanInput {
   DeviceKind device_kind = DeviceKind::kCuda;
 };
 
+// With two engines ([Note: two engines]) the counts are over both: sums, but the largest
+// bucket (the larger of the two reducers').
 struct RankPlan {
   MemorySnapshot memory;     // peaks (and what stays allocated after the step, as current)
   int64_t numel = 0;         // parameters of the rank's units
-  int64_t padded_numel = 0;  // with each unit padded to dp equal aligned shards
-  int64_t largest_bucket_elements = 0;  // the reducer's bucket buffers hold this many
+  int64_t padded_numel = 0;  // with each unit padded to dp (edp) equal aligned shards
+  int64_t expert_numel = 0;  // of numel, the expert engine's
+  int64_t largest_bucket_elements = 0;  // the reducers' bucket buffers hold this many
   int num_buckets = 0;                  // over all units
-  int bucket_buffers = 0;               // max_inflight_buckets: buffers the reducer holds
+  int bucket_buffers = 0;               // max_inflight_buckets per reducer, summed
   int num_units = 0;
-  int64_t peak_gathered_elements = 0;  // stage 3
+  int64_t peak_gathered_elements = 0;  // stage 3, each engine's peak, summed
   int64_t Peak(MemoryTier t, MemoryCategory c) const { return memory.Peak(t, c); }
   int64_t TierPeak(MemoryTier t) const { return memory.TierPeak(t); }
 };

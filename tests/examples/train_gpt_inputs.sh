@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # train_gpt against what users hand it (issue 27): each case must end with a clear error or a
 # run, never a crash, a hang or a silent wrong result.
-# - sizes that cannot fit this host (--micro-batch 2^20, --seq 65536) are refused before any
-#   allocation, exit 2, naming the bytes they need (they died of std::bad_alloc before);
+# - sizes that cannot fit this host (--micro-batch 2^20, --seq 65536; also with --experts) are
+#   refused before any allocation, exit 2, naming the bytes they need (they died of
+#   std::bad_alloc before);
 # - a diverging run (Lion at lr 1e30, fp32) stops with an error naming the step, exit 1 (it
 #   exited 0 without a word before);
 # - the Hugging Face integration's "auto" template trains, printing what each "auto" became,
@@ -29,6 +30,9 @@ expect() {  # expect CODE PATTERN -- command...
 }
 expect 2 "OUT_OF_MEMORY: this run needs about .* per rank" -- "$train_gpt" --micro-batch 1048576 --steps 1
 expect 2 "activations for micro-batches of 1 x 65536 tokens" -- "$train_gpt" --seq 65536 --steps 1
+# Experts are planned too (the expert engine and the MoE layers' activations).
+expect 2 "OUT_OF_MEMORY: this run needs about .* per rank" -- \
+  "$train_gpt" --experts 4 --top-k 1 --micro-batch 1048576 --steps 1
 cat > "$out/lion.json" <<JSON
 {"train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "Lion", "params": {"lr": 1e30}}}
 JSON

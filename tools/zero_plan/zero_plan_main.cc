@@ -4,6 +4,7 @@
 //
 //   zero-plan --params 7.5e9 --dp 64                  the ZeRO paper's table beside the layout
 //   zero-plan --layers 128 --hidden 25600 --heads 160 --devices 1024 [--tp 8 --pp 16] ...
+//   zero-plan --layers 24 --hidden 2048 --heads 16 --devices 16 --experts 16 --ep 8 ...  (MoE)
 //
 // Every flag is documented in --help. Exit codes: 0 done, 1 planning failed, 2 bad arguments.
 #include <fmt/format.h>
@@ -92,6 +93,18 @@ int main(int argc, char** argv) {
   bool sequence_parallel = false;
   app.add_flag("--sequence-parallel", sequence_parallel,
                "the table's activations with Megatron's sequence parallelism over tp");
+  int ep = 1;
+  app.add_option("--experts", shape.experts,
+                 "GPT: mixture of experts: this many experts of the MLP's shape replace every "
+                 "block's MLP (train_gpt's flag; default 0: dense)");
+  app.add_option("--ep", ep,
+                 "expert-parallel degree (divides dp and --experts): a rank holds experts / ep "
+                 "experts, sharded over dp / ep ranks (default 1)");
+  app.add_option("--top-k", shape.top_k, "experts per token: 1 or 2 (default 2)");
+  app.add_option("--capacity-factor", shape.capacity_factor,
+                 "each expert keeps at most ceil(k x tokens x factor / experts) of a rank's "
+                 "tokens per micro-batch; the planned activations are those of full experts "
+                 "(default 1.25)");
   app.add_option("--dp", dp,
                  "data-parallel size (quick form: required; GPT: default devices / (tp x pp))");
   app.add_option("--stage", stage_filter, "table rows: one ZeRO stage (0-3) or all")
@@ -176,13 +189,21 @@ int main(int argc, char** argv) {
   if (micro_batches == 0) micro_batches = pp;
   auto schedule_kind = zs::ParseScheduleKind(schedule);
   if (!schedule_kind.ok()) return Fail(schedule_kind.status().WithContext("--schedule"));
-  const zs::GridShape grid{tp, pp, dp, *schedule_kind, virtual_stages, sequence_parallel};
+  zs::GridShape grid{tp, pp, dp, *schedule_kind, virtual_stages, sequence_parallel};
+  grid.ep = ep;
 
   std::printf(
       "GPT: %d layers, hidden %lld, heads %lld, vocab %lld, seq %lld, micro-batch %lld: "
-      "%.4g parameters; %d devices of %s, %d per node (host %s, NVMe %s per node)\n\n",
+      "%.4g parameters%s; %d devices of %s, %d per node (host %s, NVMe %s per node)\n\n",
       shape.layers, (long long)shape.hidden, (long long)shape.heads, (long long)shape.vocab,
       (long long)shape.seq, (long long)shape.micro_batch, double(zs::GptParameterCount(shape)),
+      shape.experts > 0
+          ? fmt::format(" ({} experts per block, {:.4g} in experts and routers; top-{}, capacity "
+                        "factor {:g}, ep {})",
+                        shape.experts, double(zs::GptExpertParameterCount(shape)), shape.top_k,
+                        shape.capacity_factor, ep)
+                .c_str()
+          : "",
       cluster.devices, zs::FormatGB(cluster.device_memory).c_str(), cluster.devices_per_node,
       zs::FormatGB(cluster.host_memory).c_str(), zs::FormatGB(cluster.nvme).c_str());
   std::printf(
@@ -220,7 +241,7 @@ int main(int argc, char** argv) {
         zs::FormatGB(zs::MegatronActivationBytes(shape, grid, recompute, micro_batches)).c_str());
   }
   if (!no_recommend) {
-    auto rec = zs::Recommend(shape, base, micro_batches, cluster);
+    auto rec = zs::Recommend(shape, base, micro_batches, cluster, ep);
     if (!rec.ok()) return Fail(rec.status());
     std::printf("\n%s\n", rec->why.c_str());
     if (rec->found) {

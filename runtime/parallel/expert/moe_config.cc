@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace zs {
@@ -40,6 +41,15 @@ int64_t ExpertCapacity(const MoeConfig& c, int64_t tokens) {
   const double below = std::floor(q);
   if (q - below <= 1e-9 * q) return int64_t(below);
   return int64_t(std::ceil(q));
+}
+
+MoeRows MoeRowBound(const MoeConfig& c, int64_t tokens, int ep_size) {
+  const int64_t capacity = ExpertCapacity(c, tokens);
+  const int64_t k = c.top_k, experts = c.num_experts, local = experts / ep_size;
+  MoeRows rows;
+  rows.dispatched = std::min(k * tokens, experts * capacity);
+  rows.received = ep_size * std::min(tokens * std::min(k, local), local * capacity);
+  return rows;
 }
 
 }  // namespace zs

@@ -10,6 +10,8 @@
 //   (relative) above an integer counts as that integer, so 1.1 * 10 tokens gives 11, not 12.
 //   It is at most k * T (more could never be used; a huge factor stays representable). An
 //   expert on its owner rank therefore receives at most n * capacity rows per micro-batch.
+// - MoeRowBound: the most rows a layer's buffers can hold per micro-batch under that rule, when
+//   every rank of the group has T tokens (the planner's bound; a full expert reaches it).
 // - ValidateMoeConfig: InvalidArgument naming the values for hidden or ffn < 1, num_experts < 1,
 //   top_k outside {1, 2}, top_k > num_experts, capacity_factor not finite or <= 0,
 //   aux_loss_coef negative or not finite, ep_size < 1, num_experts not divisible by ep_size.
@@ -34,5 +36,17 @@ Status ValidateMoeConfig(const MoeConfig& config, int ep_size);
 
 // min(ceil(k * tokens * capacity_factor / E), k * tokens), as above; 0 for 0 tokens.
 int64_t ExpertCapacity(const MoeConfig& config, int64_t tokens);
+
+struct MoeRows {
+  // Kept (token, choice) rows of this rank's tokens (DispatchPlan::rows()):
+  // min(k * T, E * capacity).
+  int64_t dispatched = 0;
+  // Rows this rank's L = E / n experts compute (ExpertExchange::Layout::rows), from n sources:
+  // n * min(T * min(k, L), L * capacity) (a token sends each of its k choices once, to
+  // distinct experts).
+  int64_t received = 0;
+};
+// The bound above for `tokens` tokens on each of the `ep_size` ranks (config valid for it).
+MoeRows MoeRowBound(const MoeConfig& config, int64_t tokens, int ep_size);
 
 }  // namespace zs

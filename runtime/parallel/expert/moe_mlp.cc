@@ -18,6 +18,19 @@ int64_t MoeActivations::bytes() const {
          f(pre_) + f(act_) + f(combined_);
 }
 
+int64_t MoeActivations::BytesAfterForward(const MoeConfig& c, int64_t tokens, MoeRows rows) {
+  const int64_t T = tokens, E = c.num_experts, k = c.top_k, H = c.hidden, F = c.ffn;
+  const int64_t f = int64_t(sizeof(float)), i = int64_t(sizeof(int32_t));
+  int64_t bytes = f * (T * E + T * k + E);  // probs_, gates_, first_fraction_
+  bytes += i * T * k;                       // expert_of_
+  // plan_ (PlanDispatch): routed, kept [E], offsets [E + 1], slot [T * k], and assignment,
+  // filled at T * k and resized down to the kept rows (its capacity stays).
+  bytes += i * (3 * E + 1 + 2 * T * k);
+  bytes += f * rows.received * (H + 2 * F);  // expert_in_, pre_, act_
+  bytes += f * rows.dispatched * H;           // combined_
+  return bytes;
+}
+
 StatusOr<MoeMlp> MoeMlp::Create(int unit, int first_param, const MoeConfig& config,
                                 Communicator* ep) {
   ZS_RETURN_IF_ERROR(ValidateMoeConfig(config, ep == nullptr ? 1 : ep->size()));

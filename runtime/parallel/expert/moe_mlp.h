@@ -79,6 +79,10 @@ class MoeActivations {
   const DispatchPlan& plan() const { return plan_; }                 // this rank's tokens
   int64_t expert_rows() const { return layout_.rows; }  // rows this rank's experts computed
   int64_t bytes() const;                                // what the vectors hold
+  // bytes() after a Forward of `tokens` tokens that kept `rows` of them (rows.dispatched) and
+  // computed rows.received on this rank's experts (MoeRowBound gives the most), on fresh
+  // vectors: the planner's figure (runtime/plan), kept beside the vectors it counts.
+  static int64_t BytesAfterForward(const MoeConfig& config, int64_t tokens, MoeRows rows);
 
  private:
   friend class MoeMlp;

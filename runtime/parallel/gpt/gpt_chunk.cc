@@ -15,7 +15,7 @@ int64_t GptChunk::MicroBatchState::bytes() const {
   return total;
 }
 
-GptChunk::GptChunk(const tp::TpGpt& model, UnitAccess& access, GptChunkOptions options,
+GptChunk::GptChunk(const TpGpt& model, UnitAccess& access, GptChunkOptions options,
                    MicroBatchData data, TiedEmbeddingLink* tied, MemoryTracker* tracker)
     : model_(model),
       access_(access),
@@ -85,12 +85,12 @@ StatusOr<float> GptChunk::RunForward(int micro_batch, std::span<const float> inp
     ZS_RETURN_IF_ERROR(data_(micro_batch, tokens_, st.targets));
   }
   if (has_embedding()) {
-    ZS_RETURN_IF_ERROR(access_.BeginForward(tp::TpGpt::kEmbedUnit));
+    ZS_RETURN_IF_ERROR(access_.BeginForward(TpGpt::kEmbedUnit));
     if (micro_batch == 0 && tied_ != nullptr && tied_->is_first()) {
-      ZS_RETURN_IF_ERROR(tied_->SendWeights(access_.Param(tp::TpGpt::kEmbedUnit, 0)));
+      ZS_RETURN_IF_ERROR(tied_->SendWeights(access_.Param(TpGpt::kEmbedUnit, 0)));
     }
     ZS_RETURN_IF_ERROR(model_.EmbeddingForward(access_, tokens_, B, T, st.embed, st.x[0]));
-    ZS_RETURN_IF_ERROR(access_.EndForward(tp::TpGpt::kEmbedUnit));
+    ZS_RETURN_IF_ERROR(access_.EndForward(TpGpt::kEmbedUnit));
   } else {
     ZS_CHECK(int64_t(input.size()) == width, "GptChunk: input of {} floats, expected {}",
              input.size(), width);
@@ -110,11 +110,10 @@ StatusOr<float> GptChunk::RunForward(int micro_batch, std::span<const float> inp
   if (has_head()) {
     ZS_RETURN_IF_ERROR(access_.BeginForward(head_unit_));
     if (wte_in_access()) {
-      ZS_RETURN_IF_ERROR(access_.BeginForward(tp::TpGpt::kEmbedUnit));  // tied projection
-      ZS_ASSIGN_OR_RETURN(loss,
-                          model_.HeadForward(access_, st.x[size_t(nb)], st.targets,
-                                             access_.Param(tp::TpGpt::kEmbedUnit, 0), st.head));
-      ZS_RETURN_IF_ERROR(access_.EndForward(tp::TpGpt::kEmbedUnit));
+      ZS_RETURN_IF_ERROR(access_.BeginForward(TpGpt::kEmbedUnit));  // tied projection
+      ZS_ASSIGN_OR_RETURN(loss, model_.HeadForward(access_, st.x[size_t(nb)], st.targets,
+                                                   access_.Param(TpGpt::kEmbedUnit, 0), st.head));
+      ZS_RETURN_IF_ERROR(access_.EndForward(TpGpt::kEmbedUnit));
     } else {
       if (micro_batch == 0) {
         ZS_ASSIGN_OR_RETURN(remote_wte_, tied_->ReceiveWeights());
@@ -157,11 +156,11 @@ Status GptChunk::Backward(int micro_batch, std::span<const float> output_grad,
   if (has_head()) {
     ZS_RETURN_IF_ERROR(access_.BeginBackward(head_unit_));
     if (wte_in_access()) {
-      ZS_RETURN_IF_ERROR(access_.BeginBackward(tp::TpGpt::kEmbedUnit));
+      ZS_RETURN_IF_ERROR(access_.BeginBackward(TpGpt::kEmbedUnit));
       ZS_RETURN_IF_ERROR(model_.HeadBackward(access_, st.x[size_t(nb)],
-                                             access_.Param(tp::TpGpt::kEmbedUnit, 0),
-                                             access_.Grad(tp::TpGpt::kEmbedUnit, 0), st.head, dy));
-      ZS_RETURN_IF_ERROR(access_.EndBackward(tp::TpGpt::kEmbedUnit));
+                                             access_.Param(TpGpt::kEmbedUnit, 0),
+                                             access_.Grad(TpGpt::kEmbedUnit, 0), st.head, dy));
+      ZS_RETURN_IF_ERROR(access_.EndBackward(TpGpt::kEmbedUnit));
     } else {
       std::span<float> dwte = tied_->GradBuffer();
       ZS_RETURN_IF_ERROR(
@@ -193,13 +192,13 @@ Status GptChunk::Backward(int micro_batch, std::span<const float> output_grad,
     std::swap(dy, dx);
   }
   if (has_embedding()) {
-    ZS_RETURN_IF_ERROR(access_.BeginBackward(tp::TpGpt::kEmbedUnit));
+    ZS_RETURN_IF_ERROR(access_.BeginBackward(TpGpt::kEmbedUnit));
     if (tied_ != nullptr) {
       // The head's contribution first, as nn::Gpt accumulates it.
-      ZS_RETURN_IF_ERROR(tied_->AddGradInto(micro_batch, access_.Grad(tp::TpGpt::kEmbedUnit, 0)));
+      ZS_RETURN_IF_ERROR(tied_->AddGradInto(micro_batch, access_.Grad(TpGpt::kEmbedUnit, 0)));
     }
     ZS_RETURN_IF_ERROR(model_.EmbeddingBackward(access_, dy, st.embed));
-    ZS_RETURN_IF_ERROR(access_.EndBackward(tp::TpGpt::kEmbedUnit));
+    ZS_RETURN_IF_ERROR(access_.EndBackward(TpGpt::kEmbedUnit));
   } else {
     ZS_CHECK(int64_t(input_grad.size()) == width, "GptChunk: input gradient of {} floats",
              input_grad.size());
@@ -208,6 +207,43 @@ Status GptChunk::Backward(int micro_batch, std::span<const float> output_grad,
   live_.erase(it);
   UpdateTracker();
   return OkStatus();
+}
+
+namespace {
+
+StatusOr<float> RunWholeModel(const TpGpt& model, UnitAccess& access,
+                              std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                              int64_t batch, int64_t seq, bool backward, MemoryTracker* tracker) {
+  ZS_RETURN_IF_ERROR(model.CheckInputs(access, tokens, targets, batch, seq));
+  GptChunkOptions options;
+  options.end = model.num_segments();
+  options.batch = batch;
+  options.seq = seq;
+  MicroBatchData data = [&](int, std::span<int32_t> t, std::span<int32_t> y) {
+    std::copy(tokens.begin(), tokens.end(), t.begin());
+    std::copy(targets.begin(), targets.end(), y.begin());
+    return OkStatus();
+  };
+  GptChunk chunk(model, access, options, std::move(data), /*tied=*/nullptr, tracker);
+  if (!backward) return chunk.ForwardOnly(0, {}, {});
+  ZS_ASSIGN_OR_RETURN(const float loss, chunk.Forward(0, {}, {}));
+  ZS_RETURN_IF_ERROR(chunk.Backward(0, {}, {}));
+  return loss;
+}
+
+}  // namespace
+
+StatusOr<float> WholeModelForwardBackward(const TpGpt& model, UnitAccess& access,
+                                          std::span<const int32_t> tokens,
+                                          std::span<const int32_t> targets, int64_t batch,
+                                          int64_t seq, MemoryTracker* tracker) {
+  return RunWholeModel(model, access, tokens, targets, batch, seq, /*backward=*/true, tracker);
+}
+
+StatusOr<float> WholeModelForward(const TpGpt& model, UnitAccess& access,
+                                  std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                                  int64_t batch, int64_t seq, MemoryTracker* tracker) {
+  return RunWholeModel(model, access, tokens, targets, batch, seq, /*backward=*/false, tracker);
 }
 
 }  // namespace zs::parallel

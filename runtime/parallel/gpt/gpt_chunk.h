@@ -1,14 +1,15 @@
-// GptChunk: one pipeline chunk of a tensor-parallel GPT (tp::TpGpt): a contiguous range of its
+// GptChunk: one pipeline chunk of a tensor-parallel GPT (TpGpt): a contiguous range of its
 // units, run micro-batch by micro-batch by a PipelineRunner (pipeline_chunk.h) over this rank's
-// engine.
+// engine. The one composition of TpGpt's parts: the whole model in one process is the chunk of
+// every segment (WholeModelForwardBackward, WholeModelForward below).
 //
 // Contract
 // - Segments [begin, end) of the TpGpt ([Note: segments] in tp_gpt.h): 0 the embedding, 1..L
 //   the layers (a layer's units: its block, and with experts its "block.i.moe"), L+1 the head.
-//   The chunk holding segment 0 is the model's first (it reads tokens from `data`, input_elements() = 0); the
-//   chunk holding the head is the last (it reads targets and returns the loss,
-//   output_elements() = 0). Between chunks the residual stream travels: local_rows x hidden fp32
-//   (local_rows = batch*seq, or batch*seq/tp with sequence parallelism).
+//   The chunk holding segment 0 is the model's first (it reads tokens from `data`,
+//   input_elements() = 0); the chunk holding the head is the last (it reads targets and returns
+//   the loss, output_elements() = 0). Between chunks the residual stream travels: local_rows x
+//   hidden fp32 (local_rows = batch*seq, or batch*seq/tp with sequence parallelism).
 // - Parameters are read through `access` (a SubsetUnitAccess over this pp rank's engine) with
 //   TpGpt's brackets: F(u) around a unit's forward, B(u) around its backward. Forward and
 //   Backward first name their micro-batch to it (UnitAccess::SetMicroBatch), so the engine
@@ -33,6 +34,12 @@
 //   the last chunk only. Borrowed: model, access, tied, tracker must outlive the chunk.
 // - Errors: those of the hooks, the tp collectives, the link and `data`, returned as they are.
 // - One thread at a time (the runner's).
+// - WholeModelForwardBackward / WholeModelForward: nn::Gpt's ForwardBackward / Forward for a
+//   TpGpt in one process: a chunk of every segment, one micro-batch (0), its brackets
+//     F(0)  F(1) .. F(L)  F(L+1){F(0)}    then    B(L+1){B(0)}  B(L) .. B(1)  B(0)
+//   (the head reads unit 0 inside its own bracket). The inputs are checked first
+//   (TpGpt::CheckInputs: InvalidArgument, no bracket opened). Forward is an evaluation pass
+//   (ForwardOnly). The activations live during the call only, in `tracker` as the chunk's.
 #pragma once
 
 #include <cstdint>
@@ -45,13 +52,13 @@
 #include "runtime/device/tracked_bytes.h"
 #include "runtime/model/unit_access.h"
 #include "runtime/parallel/gpt/tied_embedding_link.h"
+#include "runtime/parallel/gpt/tp_gpt.h"
 #include "runtime/parallel/pipeline/pipeline_chunk.h"
-#include "runtime/parallel/tensor/tp_gpt.h"
 
 namespace zs::parallel {
 
-using MicroBatchData = std::function<Status(int micro_batch, std::span<int32_t> tokens,
-                                            std::span<int32_t> targets)>;
+using MicroBatchData =
+    std::function<Status(int micro_batch, std::span<int32_t> tokens, std::span<int32_t> targets)>;
 
 struct GptChunkOptions {
   int begin = 0;  // segments [begin, end) of the TpGpt
@@ -67,8 +74,8 @@ struct GptChunkOptions {
 
 class GptChunk final : public PipelineChunk {
  public:
-  GptChunk(const tp::TpGpt& model, UnitAccess& access, GptChunkOptions options,
-           MicroBatchData data, TiedEmbeddingLink* tied, MemoryTracker* tracker);
+  GptChunk(const TpGpt& model, UnitAccess& access, GptChunkOptions options, MicroBatchData data,
+           TiedEmbeddingLink* tied, MemoryTracker* tracker);
   ~GptChunk() override;
 
   int64_t input_elements() const override;
@@ -92,21 +99,21 @@ class GptChunk final : public PipelineChunk {
 
  private:
   struct MicroBatchState {
-    tp::TpEmbeddingActivations embed;
-    std::vector<std::vector<float>> x;          // x[i]: input of the chunk's i-th block / head
+    TpEmbeddingActivations embed;
+    std::vector<std::vector<float>> x;           // x[i]: input of the chunk's i-th block / head
     std::vector<tp::TpBlockActivations> blocks;  // empty with recompute
-    tp::TpHeadActivations head;
+    TpHeadActivations head;
     std::vector<int32_t> targets;
     int64_t bytes() const;
   };
   // Forward (keep: the activations stay for Backward) or ForwardOnly (they do not).
-  StatusOr<float> RunForward(int micro_batch, std::span<const float> input,
-                             std::span<float> output, bool keep);
+  StatusOr<float> RunForward(int micro_batch, std::span<const float> input, std::span<float> output,
+                             bool keep);
   int first_block() const;  // the first layer index in the chunk
   int num_blocks() const;
   void UpdateTracker();
 
-  const tp::TpGpt& model_;
+  const TpGpt& model_;
   UnitAccess& access_;
   const GptChunkOptions options_;
   MicroBatchData data_;
@@ -123,5 +130,13 @@ class GptChunk final : public PipelineChunk {
   int64_t peak_bytes_ = 0;
   int64_t peak_micro_batch_bytes_ = 0;
 };
+
+StatusOr<float> WholeModelForwardBackward(const TpGpt& model, UnitAccess& access,
+                                          std::span<const int32_t> tokens,
+                                          std::span<const int32_t> targets, int64_t batch,
+                                          int64_t seq, MemoryTracker* tracker = nullptr);
+StatusOr<float> WholeModelForward(const TpGpt& model, UnitAccess& access,
+                                  std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                                  int64_t batch, int64_t seq, MemoryTracker* tracker = nullptr);
 
 }  // namespace zs::parallel

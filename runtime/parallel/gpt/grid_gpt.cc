@@ -10,7 +10,7 @@ namespace {
 
 // The cost of each segment (embed, L layers, head) by `options.partition`, and how it came
 // about in `summary`. Measuring is collective over the world.
-StatusOr<std::vector<double>> SegmentCostsFor(const GridGptOptions& options, const tp::TpGpt& model,
+StatusOr<std::vector<double>> SegmentCostsFor(const GridGptOptions& options, const TpGpt& model,
                                               const ProcessGroups& groups, Device& device,
                                               MemoryTracker* tracker, std::string* summary) {
   const int segments = model.num_segments();
@@ -98,8 +98,8 @@ StatusOr<std::unique_ptr<GridGpt>> GridGpt::Create(const GridGptOptions& options
                         groups.dp().Split(dp_rank % options.ep, dp_rank / options.ep, "edp"));
   }
   ZS_ASSIGN_OR_RETURN(g->model_,
-                      tp::TpGpt::Create(options.model, groups.tp(), tracker, g->ep_.get()));
-  const tp::TpGpt& model = *g->model_;
+                      TpGpt::Create(options.model, groups.tp(), g->ep_.get()));
+  const TpGpt& model = *g->model_;
   ZS_ASSIGN_OR_RETURN(g->segment_costs_,
                       SegmentCostsFor(options, model, groups, device, tracker, &g->cost_summary_));
   const std::vector<double>& costs = g->segment_costs_;
@@ -142,7 +142,7 @@ StatusOr<std::unique_ptr<GridGpt>> GridGpt::Create(const GridGptOptions& options
     ZS_ASSIGN_OR_RETURN(ModelSpec expert_spec, SubsetSpec(model.spec(), expert_units));
     EngineParallelism expert_parallel;
     expert_parallel.ep_rank = g->ep_->rank();  // the router counts on ep rank 0
-    // [Note: experts over tp] (tp_transformer_block.h): every tp rank holds the same experts
+    // [Note: experts over tp] (moe_block_mlp.h): every tp rank holds the same experts
     // with the same gradients; they count in the norm on tp rank 0 only.
     expert_parallel.model_parallel = parallel.model_parallel;
     expert_parallel.tp_rank = groups.coord().tp;
@@ -178,7 +178,7 @@ StatusOr<std::unique_ptr<GridGpt>> GridGpt::Create(const GridGptOptions& options
     chunk_options.batch = options.micro_batch;
     chunk_options.seq = options.seq;
     chunk_options.recompute = options.recompute;
-    chunk_options.wte_local = g->access_->holds(tp::TpGpt::kEmbedUnit);
+    chunk_options.wte_local = g->access_->holds(TpGpt::kEmbedUnit);
     g->chunks_.push_back(std::make_unique<GptChunk>(model, *g->access_, chunk_options, data,
                                                     g->tied_.get(), tracker));
     chunks.push_back(g->chunks_.back().get());
@@ -296,7 +296,11 @@ CheckpointRank GridGpt::checkpoint_rank() {
               {"sequence_parallel", options_.model.sequence_parallel},
               {"experts", options_.model.moe.experts},
               {"layers", options_.model.gpt.layers}};
-  auto add = [&](ZeroEngine* engine, Communicator* dp, const std::vector<int>& units) {
+  // A parameter replicated over tp is saved by tp rank 0 only; one replicated over ep (the
+  // router, ParamSpec::expert_parallel false in an expert unit) by ep rank 0 only: the rank
+  // files then hold every element once.
+  auto add = [&](ZeroEngine* engine, Communicator* dp, const std::vector<int>& units,
+                 int ep_rank) {
     CheckpointEngine e;
     e.engine = engine;
     e.dp = dp;
@@ -310,14 +314,17 @@ CheckpointRank GridGpt::checkpoint_rank() {
         place.layout = model_->layout(u, int(p));
         place.tp_rank = c.tp;
         place.tp_size = grid.tp_size();
-        place.saved = place.layout.tensor_parallel() || c.tp == 0;
+        place.saved = (place.layout.tensor_parallel() || c.tp == 0) &&
+                      (unit.params[p].expert_parallel || ep_rank == 0);
         ps.push_back(std::move(place));
       }
     }
     out.engines.push_back(std::move(e));
   };
-  add(engine_.get(), &groups_->dp(), dense_units_);
-  if (expert_engine_ != nullptr) add(expert_engine_.get(), edp_.get(), expert_units_);
+  add(engine_.get(), &groups_->dp(), dense_units_, 0);
+  if (expert_engine_ != nullptr) {
+    add(expert_engine_.get(), edp_.get(), expert_units_, ep_ != nullptr ? ep_->rank() : 0);
+  }
   return out;
 }
 

@@ -1,5 +1,5 @@
 // GridGpt: one rank's part of a GPT trained on a tp x pp x dp grid: the tensor-parallel model
-// (tp::TpGpt over the tp group), its pipeline chunks (GptChunk) run by a PipelineRunner over the
+// (TpGpt over the tp group), its pipeline chunks (GptChunk) run by a PipelineRunner over the
 // pp group, and one ZeroEngine holding this pp rank's units sharded over the dp group. ZeRO
 // stays data-parallel only; the engine learns about the rest through EngineParallelism (the
 // global norm over the model-parallel group), and the chunks name each bracket's micro-batch
@@ -31,7 +31,7 @@
 //   engines clip with one norm: each's PrepareStep() sum, the expert engines' summed over the ep
 //   group (the router counted on ep rank 0), then over the model-parallel group, in fixed order
 //   (zero_engine.h, PrepareStep/FinishStep). With tp > 1 the experts are replicated over tp
-//   and count on tp rank 0 ([Note: experts over tp], tp_transformer_block.h). The loss
+//   and count on tp rank 0 ([Note: experts over tp], moe_block_mlp.h). The loss
 //   reported is the language-model cross-entropy; the load-balancing loss is in the gradients
 //   only.
 // - Evaluate runs a forward-only pass (a held-out loss) of `micro_batches` micro-batches between
@@ -47,7 +47,8 @@
 //   wte from this rank's engine; the TiedEmbeddingLink serves pp > 1 only.
 // - Checkpoints ([Note: grid checkpoints], runtime/checkpoint/checkpoint.h): SaveCheckpoint
 //   writes what this rank's engines own, each parameter placed in nn::Gpt's full parameter of
-//   the same name (its TpParamLayout, this tp rank; replicated parameters from tp rank 0 only),
+//   the same name (its TpParamLayout, this tp rank; parameters replicated over tp from tp rank
+//   0 only, the router of experts from ep rank 0 only),
 //   and the grid in the manifest; LoadCheckpoint reads a checkpoint saved at any tp x pp x dp,
 //   stage or ep (or by a plain data-parallel nn::Gpt engine) into this grid: the next step
 //   continues the saved run (bit for bit at the same grid; at another grid within float
@@ -72,13 +73,13 @@
 #include "runtime/parallel/gpt/tied_embedding_link.h"
 #include "runtime/parallel/pipeline/pipeline_runner.h"
 #include "runtime/parallel/pipeline/stage_partition.h"
-#include "runtime/parallel/tensor/tp_gpt.h"
+#include "runtime/parallel/gpt/tp_gpt.h"
 
 namespace zs::parallel {
 
 // What GridGpt weighs the segments by when it cuts the pipeline into stages.
 enum class PartitionCost {
-  kParams,    // parameter count (tp::TpGpt::SegmentCosts): nothing to measure
+  kParams,    // parameter count (TpGpt::SegmentCosts): nothing to measure
   kMeasured,  // forward + backward seconds of each segment kind (MeasureSegmentCosts)
   kExplicit,  // GridGptOptions::segment_costs
 };
@@ -87,7 +88,7 @@ std::string_view PartitionCostName(PartitionCost cost);  // "params", "measured"
 StatusOr<PartitionCost> ParsePartitionCost(std::string_view name);
 
 struct GridGptOptions {
-  tp::TpGptConfig model;
+  TpGptConfig model;
   EngineConfig engine;  // gradient_accumulation_steps = micro-batches per step
   int64_t micro_batch = 1;  // sequences per dp rank per micro-batch
   int64_t seq = 1;
@@ -141,7 +142,7 @@ class GridGpt {
   CheckpointRank checkpoint_rank();
   // The engines' MasterDigest, combined (collective over dp, then edp).
   StatusOr<uint64_t> MasterDigest();
-  const tp::TpGpt& model() const { return *model_; }
+  const TpGpt& model() const { return *model_; }
   const StagePartition& partition() const { return partition_; }
   const std::vector<int>& units() const { return units_; }  // this rank's units
   // The cost of each segment the partition was computed from (the same on every rank).
@@ -165,7 +166,7 @@ class GridGpt {
 
   const ProcessGroups* groups_ = nullptr;
   GridGptOptions options_;
-  std::unique_ptr<tp::TpGpt> model_;
+  std::unique_ptr<TpGpt> model_;
   StagePartition partition_;
   std::vector<double> segment_costs_;
   std::string cost_summary_;  // how segment_costs_ came about, for PartitionString()

@@ -48,9 +48,9 @@ Status CheckOptions(const SegmentCostProbeOptions& o) {
 StatusOr<SegmentKindCosts> MeasureLocal(const SegmentCostProbeOptions& o, Communicator& tp,
                                         Communicator& one, Device& device,
                                         MemoryTracker* tracker) {
-  tp::TpGptConfig config = o.model;
+  TpGptConfig config = o.model;
   config.gpt.layers = 1;
-  ZS_ASSIGN_OR_RETURN(std::unique_ptr<tp::TpGpt> model, tp::TpGpt::Create(config, tp, tracker));
+  ZS_ASSIGN_OR_RETURN(std::unique_ptr<TpGpt> model, TpGpt::Create(config, tp));
   EngineConfig engine_config;
   engine_config.fp16 = o.engine.fp16;
   engine_config.bf16 = o.engine.bf16;
@@ -84,9 +84,10 @@ StatusOr<SegmentKindCosts> MeasureLocal(const SegmentCostProbeOptions& o, Commun
   }
   const size_t width = size_t(chunks[0]->output_elements());
   std::vector<float> x0(width), x1(width), dx1(width), dx0(width);
-  std::array<std::vector<double>, 3> timed;  // per kind: forward + backward seconds per pass
+  // Per kind, per timed pass: forward + backward seconds, and the forward's alone.
+  std::array<std::vector<double>, 3> timed, timed_forward;
   for (int pass = 0; pass < o.warmup + o.repeats; ++pass) {
-    std::array<double, 3> seconds{};
+    std::array<double, 3> seconds{}, forward{};
     auto t0 = Clock::now();
     ZS_RETURN_IF_ERROR(chunks[0]->Forward(pass, {}, x0).status());
     auto t1 = Clock::now();
@@ -100,16 +101,23 @@ StatusOr<SegmentKindCosts> MeasureLocal(const SegmentCostProbeOptions& o, Commun
     auto t5 = Clock::now();
     ZS_RETURN_IF_ERROR(chunks[0]->Backward(pass, dx0, {}));
     auto t6 = Clock::now();
-    seconds[0] = Seconds(t0, t1) + Seconds(t5, t6);
-    seconds[1] = Seconds(t1, t2) + Seconds(t4, t5);
-    seconds[2] = Seconds(t2, t3) + Seconds(t3, t4);
+    forward = {Seconds(t0, t1), Seconds(t1, t2), Seconds(t2, t3)};
+    seconds[0] = forward[0] + Seconds(t5, t6);
+    seconds[1] = forward[1] + Seconds(t4, t5);
+    seconds[2] = forward[2] + Seconds(t3, t4);
     if (pass < o.warmup) continue;
-    for (size_t k = 0; k < 3; ++k) timed[k].push_back(seconds[k]);
+    for (size_t k = 0; k < 3; ++k) {
+      timed[k].push_back(seconds[k]);
+      timed_forward[k].push_back(forward[k]);
+    }
   }
   SegmentKindCosts out;
   out.embed = Median(timed[0]);
   out.block = Median(timed[1]);
   out.head = Median(timed[2]);
+  out.embed_forward = Median(timed_forward[0]);
+  out.block_forward = Median(timed_forward[1]);
+  out.head_forward = Median(timed_forward[2]);
   return out;
 }
 
@@ -123,8 +131,10 @@ std::vector<double> SegmentKindCosts::PerSegment(int layers) const {
 }
 
 std::string SegmentKindCosts::ToString() const {
-  return fmt::format("embed {:.3g} ms, block {:.3g} ms, head {:.3g} ms", embed * 1e3,
-                     block * 1e3, head * 1e3);
+  return fmt::format(
+      "embed {:.3g} ms, block {:.3g} ms, head {:.3g} ms (forwards {:.3g}, {:.3g}, {:.3g} ms)",
+      embed * 1e3, block * 1e3, head * 1e3, embed_forward * 1e3, block_forward * 1e3,
+      head_forward * 1e3);
 }
 
 StatusOr<SegmentKindCosts> MeasureSegmentCosts(const SegmentCostProbeOptions& options,
@@ -138,12 +148,14 @@ StatusOr<SegmentKindCosts> MeasureSegmentCosts(const SegmentCostProbeOptions& op
   StatusOr<SegmentKindCosts> local = MeasureLocal(options, groups.tp(), *one, device, tracker);
   // A rank that failed still takes part in the gathers (with NaN), so its peers fail at once
   // naming it instead of waiting out the timeout (unless they are blocked in a tp collective
-  // with it, which then times out). Every rank makes all three gathers before judging.
+  // with it, which then times out). Every rank makes all six gathers before judging.
   const double nan = std::numeric_limits<double>::quiet_NaN();
   SegmentKindCosts combined;
   int failed_rank = -1;
   for (double SegmentKindCosts::*kind :
-       {&SegmentKindCosts::embed, &SegmentKindCosts::block, &SegmentKindCosts::head}) {
+       {&SegmentKindCosts::embed, &SegmentKindCosts::block, &SegmentKindCosts::head,
+        &SegmentKindCosts::embed_forward, &SegmentKindCosts::block_forward,
+        &SegmentKindCosts::head_forward}) {
     ZS_ASSIGN_OR_RETURN(std::vector<double> all,
                         AllGatherScalar(world, local.ok() ? (*local).*kind : nan));
     for (size_t r = 0; r < all.size() && failed_rank < 0; ++r) {

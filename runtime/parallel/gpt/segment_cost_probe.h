@@ -8,7 +8,7 @@
 // Contract
 // - MeasureSegmentCosts is collective over groups.world(): every rank calls it with the same
 //   options, in the same order relative to its other collectives. Each rank builds a probe
-//   model of ONE layer (the config's vocabulary, hidden, heads, seq; tp::TpGpt over this rank's
+//   model of ONE layer (the config's vocabulary, hidden, heads, seq; TpGpt over this rank's
 //   tp group, so tensor-parallel layers pay their collectives as in training) in a ZeroEngine
 //   of stage 0 on a one-rank group split from the world, with the compute precision of
 //   `options.engine` (fp16/bf16; ZeRO stage, offload and the rest are ignored). It runs three
@@ -30,7 +30,7 @@
 // - Experts (config.moe.experts > 0) are not supported: Unimplemented, saying so; partition such
 //   a model by parameter count or by explicit costs (grid_gpt.h, PartitionCost).
 // - Errors: InvalidArgument naming the values for warmup < 0, repeats < 1, micro_batch or seq
-//   < 1, seq above max_seq; the model's config errors (tp::TpGpt::Create); communicator and
+//   < 1, seq above max_seq; the model's config errors (TpGpt::Create); communicator and
 //   hook errors, returned as they are. A rank whose measurement fails still joins the combining
 //   gathers, so the other ranks fail at once with Aborted naming it (its tp peers, blocked in a
 //   collective with it, fail at their communicator's timeout).
@@ -46,12 +46,12 @@
 #include "runtime/device/device.h"
 #include "runtime/device/memory_tracker.h"
 #include "runtime/engine/engine_config.h"
-#include "runtime/parallel/tensor/tp_gpt.h"
+#include "runtime/parallel/gpt/tp_gpt.h"
 
 namespace zs::parallel {
 
 struct SegmentCostProbeOptions {
-  tp::TpGptConfig model;  // its layer count is ignored: the probe builds one layer
+  TpGptConfig model;  // its layer count is ignored: the probe builds one layer
   EngineConfig engine;    // only the compute precision (fp16, bf16) is used
   int64_t micro_batch = 1;  // sequences per micro-batch, as the pipeline runs them
   int64_t seq = 1;
@@ -60,11 +60,17 @@ struct SegmentCostProbeOptions {
   int repeats = 5;
 };
 
-// Forward + backward seconds of one micro-batch through each kind of segment.
+// Forward + backward seconds of one micro-batch through each kind of segment, and the forward
+// alone (the backward is the difference). A partition balances the totals; the forwards say how
+// a segment splits its work between the phases, which GPipe runs apart ([Note: phase split] in
+// bench/bench_parallel.cc).
 struct SegmentKindCosts {
   double embed = 0;
   double block = 0;  // one layer
   double head = 0;
+  double embed_forward = 0;
+  double block_forward = 0;
+  double head_forward = 0;
 
   // The cost of each of a `layers`-layer model's segments: embed, `layers` x block, head.
   std::vector<double> PerSegment(int layers) const;

@@ -31,7 +31,8 @@ std::vector<TpModuleParam> TpMlp::params(std::string_view prefix) const {
 }
 
 Status TpMlp::Forward(UnitAccess& access, Communicator& tp, const float* x, int64_t rows,
-                      TpMlpActivations& act, TpScratch& scratch, float* y) const {
+                      TpBlockMlpActivations& mlp_act, TpScratch& scratch, float* y) const {
+  TpMlpActivations& act = ActivationsAs<TpMlpActivations>(mlp_act, "TpMlp::Forward");
   const int64_t n = rows * fc_.out_local();
   act.rows = rows;
   act.pre.resize(n);
@@ -42,7 +43,8 @@ Status TpMlp::Forward(UnitAccess& access, Communicator& tp, const float* x, int6
 }
 
 Status TpMlp::Backward(UnitAccess& access, Communicator& tp, const float* x, const float* dy,
-                       TpMlpActivations& act, TpScratch& scratch, float* dx) const {
+                       TpBlockMlpActivations& mlp_act, TpScratch& scratch, float* dx) const {
+  TpMlpActivations& act = ActivationsAs<TpMlpActivations>(mlp_act, "TpMlp::Backward");
   ZS_CHECK(act.rows > 0, "TpMlp::Backward before Forward");
   const int64_t n = act.rows * fc_.out_local();
   act.dact.resize(n);

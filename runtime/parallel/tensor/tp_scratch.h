@@ -6,8 +6,9 @@
 // column-parallel layer gathers its input again in backward instead of keeping it).
 //
 // Contract
-// - Owned by the caller (TpGpt owns one); one thread at a time. Buffers grow to the largest
-//   request and stay allocated; bytes() counts them (activations, for the tracker).
+// - Owned by the caller (TpGpt, runtime/parallel/gpt, owns one); one thread at a time. Buffers
+//   grow to the largest request and stay allocated; bytes() counts them (activations, for the
+//   tracker).
 #pragma once
 
 #include <cstdint>
@@ -18,7 +19,8 @@ namespace zs::tp {
 struct TpScratch {
   std::vector<float> full;     // [rows, width]: gathered inputs, partial sums, gathered dy
   std::vector<float> partial;  // [rows, width] second buffer; replicated gradients' partials
-  // Experts under sequence parallelism ([Note: experts over tp]): their all-rows output, or
+  // A third: an MLP branch that runs on all rows under sequence parallelism (the experts,
+  // [Note: experts over tp] in runtime/parallel/gpt/moe_block_mlp.h): its all-rows output, or
   // output gradient and input gradient.
   std::vector<float> rows;
 

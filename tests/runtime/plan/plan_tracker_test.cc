@@ -1,6 +1,7 @@
 // The plan agrees with the tracker: the nn GPT trained for two steps on the ZeroEngine (ranks as
-// threads, world 2 and 4, every stage, with and without offload_optimizer cpu, fp32 and bf16)
-// peaks at the bytes PlanRankMemory says, per tier and category, within 3%.
+// threads, world 2 and 4, every stage, with and without offload_optimizer cpu, fp32 and bf16,
+// and with the embedding and the first block frozen) peaks at the bytes PlanRankMemory says,
+// per tier and category, within 3%.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -37,7 +38,10 @@ EngineConfig Config(int stage, bool offload, bool bf16) {
   return c;
 }
 
-StatusOr<MemorySnapshot> Measure(int world, const EngineConfig& config) {
+// The units frozen ([Note: frozen units], zero_engine.h): none, or the embedding and block.0.
+std::vector<int> FrozenUnits(bool frozen) { return frozen ? std::vector<int>{0, 1} : std::vector<int>{}; }
+
+StatusOr<MemorySnapshot> Measure(int world, const EngineConfig& config, bool frozen = false) {
   std::vector<MemorySnapshot> snapshots;
   std::mutex mu;
   MemorySnapshot rank0;
@@ -46,8 +50,12 @@ StatusOr<MemorySnapshot> Measure(int world, const EngineConfig& config) {
         ZS_ASSIGN_OR_RETURN(auto gpt, nn::Gpt::Create(kGpt, &tracker));
         ZS_ASSIGN_OR_RETURN(auto device, CreateDevice("cpu", tracker));
         {
-          ZS_ASSIGN_OR_RETURN(auto engine,
-                              ZeroEngine::Create(config, gpt->spec(), gpt->Init(3), *device, comm));
+          ModelSpec spec = gpt->spec();
+          for (int u : FrozenUnits(frozen)) {
+            for (ParamSpec& p : spec.units[size_t(u)].params) p.trainable = false;
+          }
+          ZS_ASSIGN_OR_RETURN(auto engine, ZeroEngine::Create(config, std::move(spec),
+                                                              gpt->Init(3), *device, comm));
           std::vector<int32_t> in(kBatch * kSeq), out(in.size());
           for (size_t i = 0; i < in.size(); ++i) {
             in[i] = int32_t((i * 7 + size_t(rank)) % kGpt.vocab);
@@ -68,7 +76,7 @@ StatusOr<MemorySnapshot> Measure(int world, const EngineConfig& config) {
   return rank0;
 }
 
-StatusOr<RankPlan> Plan(int world, const EngineConfig& config) {
+StatusOr<RankPlan> Plan(int world, const EngineConfig& config, bool frozen = false) {
   ZS_ASSIGN_OR_RETURN(auto gpt, nn::Gpt::Create(kGpt));
   ZS_ASSIGN_OR_RETURN(
       std::vector<StageModel> stages,
@@ -81,6 +89,7 @@ StatusOr<RankPlan> Plan(int world, const EngineConfig& config) {
     for (const ParamSpec& p : u.params) pu.param_sizes.push_back(p.numel());
     in.units.push_back(std::move(pu));
   }
+  for (int u : FrozenUnits(frozen)) in.units[size_t(u)].frozen = true;
   in.order = stages[0].order;  // nn::Gpt's bracket order (GptChunk's at tp = pp = 1)
   in.dp = world;
   in.model_activation_bytes = NnGptActivationBytes(kGpt, kBatch, kSeq);
@@ -105,6 +114,7 @@ TEST(PlanTracker, PeaksAgreeWithinThreePercent) {
   struct Case {
     int world, stage;
     bool offload, bf16;
+    bool frozen = false;
   };
   std::vector<Case> cases;
   for (int world : {2, 4}) {
@@ -113,13 +123,18 @@ TEST(PlanTracker, PeaksAgreeWithinThreePercent) {
       if (stage >= 1) cases.push_back({world, stage, true, world == 2});
     }
   }
+  // Frozen units: parameters only (no gradient, optimizer tiles or bucket).
+  cases.push_back({2, 1, false, false, true});
+  cases.push_back({4, 3, false, true, true});
+  cases.push_back({2, 2, true, true, true});
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "world " << c.world << " stage " << c.stage << " offload "
-                                      << c.offload << " bf16 " << c.bf16);
+                                      << c.offload << " bf16 " << c.bf16 << " frozen "
+                                      << c.frozen);
     const EngineConfig config = Config(c.stage, c.offload, c.bf16);
-    auto measured = Measure(c.world, config);
+    auto measured = Measure(c.world, config, c.frozen);
     ASSERT_TRUE(measured.ok()) << measured.status().ToString();
-    auto plan = Plan(c.world, config);
+    auto plan = Plan(c.world, config, c.frozen);
     ASSERT_TRUE(plan.ok()) << plan.status().ToString();
     int nonzero = 0;
     for (int t = 0; t < kNumMemoryTiers; ++t) {

@@ -178,7 +178,8 @@ TEST(ZeroPlan, CommandLineErrorsNameTheFlag) {
                            "--config",      "--devices",     "--device-memory",
                            "--host-memory", "--nvme",        "--devices-per-node",
                            "--tp",          "--pp",          "--stage",
-                           "--recompute",   "--no-recommend"}) {
+                           "--recompute",   "--no-recommend", "--experts",
+                           "--ep",          "--top-k",       "--capacity-factor"}) {
     EXPECT_NE(out.find(flag), std::string::npos) << flag;
   }
 }
@@ -246,6 +247,124 @@ TEST(ZeroPlan, SaysWhenNothingFits) {
   ASSERT_TRUE(rec.ok()) << rec.status().ToString();
   EXPECT_FALSE(rec->found);
   EXPECT_NE(rec->why.find("nothing fits"), std::string::npos) << rec->why;
+}
+
+
+// A 1.3B GPT's shape with 8 experts per block (top-2).
+GptShape SmallMoe() {
+  GptShape s = kSmall;
+  s.experts = 8;
+  return s;
+}
+
+TEST(ZeroPlan, ExpertParameterCountIsTheModels) {
+  // One rank of ep 1 holds every unit of the model: its units are the full model's.
+  for (int experts : {0, 8}) {
+    GptShape s{4, 64, 4, 67, 16, 2};
+    s.experts = experts;
+    auto stages = GptStages(s, GridShape{1, 1, 1}, false, 1);
+    ASSERT_TRUE(stages.ok()) << stages.status().ToString();
+    int64_t numel = 0, expert_numel = 0;
+    int expert_units = 0;
+    for (const PlanUnit& u : (*stages)[0].units) {
+      numel += u.numel();
+      if (u.expert) expert_numel += u.numel(), ++expert_units;
+    }
+    EXPECT_EQ(numel, GptParameterCount(s)) << experts << " experts";
+    EXPECT_EQ(expert_numel, GptExpertParameterCount(s)) << experts << " experts";
+    EXPECT_EQ(expert_units, experts > 0 ? s.layers : 0);
+  }
+}
+
+TEST(ZeroPlan, ExpertsAreShardedOverTheExpertDataParallelGroup) {
+  // dp 8, ep 4: a rank holds the router and 2 of the 8 experts per block, sharded over
+  // edp = 2 ranks; the rest over dp = 8.
+  const GptShape s = SmallMoe();
+  ClusterSpec cluster;
+  cluster.devices = 8;
+  cluster.device_memory = 1e12;
+  const double h = double(s.hidden);
+  const double expert_rank =
+      double(s.layers) * (double(s.experts) * h + double(s.experts / 4) * (8 * h * h + 5 * h));
+  const double dense = double(GptParameterCount(s) - GptExpertParameterCount(s));
+  for (int stage : {0, 1, 3}) {
+    SCOPED_TRACE(stage);
+    PlanChoice c{GridShape{1, 1, 8}, stage, OffloadChoice::kNone, false, 500'000'000};
+    c.grid.ep = 4;
+    auto row = PlanGpt(s, MixedPrecision(), c, 1, cluster);
+    ASSERT_TRUE(row.ok()) << row.status().ToString();
+    EXPECT_EQ(double(row->worst.expert_numel), expert_rank);
+    EXPECT_EQ(double(row->worst.numel), dense + expert_rank);
+    // bf16 parameters (2 bytes), sharded at stage 3; the fp32 master and two states (12
+    // bytes) sharded from stage 1; padding adds well under 0.5% here.
+    const double params = 2 * (stage == 3 ? dense / 8 + expert_rank / 2 : dense + expert_rank);
+    const double states = 12 * (stage >= 1 ? dense / 8 + expert_rank / 2 : dense + expert_rank);
+    EXPECT_NEAR(double(row->worst.Peak(MemoryTier::kDevice, MemoryCategory::kParameters)), params,
+                0.005 * params);
+    EXPECT_NEAR(double(row->worst.Peak(MemoryTier::kDevice, MemoryCategory::kOptimizerStates)),
+                states, 0.005 * states);
+  }
+}
+
+TEST(ZeroPlan, BadExpertSettingsNameTheValue) {
+  GptShape s = SmallMoe();
+  s.experts = 6;
+  GridShape g{1, 1, 4};
+  g.ep = 4;
+  auto bad = GptStages(s, g, false, 1);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--experts 6 is not divisible by --ep 4"),
+            std::string::npos)
+      << bad.status().message();
+  s.experts = 6;
+  g.ep = 3;
+  bad = GptStages(s, g, false, 1);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--ep 3 does not divide --dp 4"), std::string::npos)
+      << bad.status().message();
+  s.experts = 0;
+  g.ep = 2;
+  bad = GptStages(s, g, false, 1);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--ep 2 without --experts"), std::string::npos)
+      << bad.status().message();
+  s = SmallMoe();
+  s.top_k = 3;
+  bad = GptStages(s, GridShape{1, 1, 1}, false, 1);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--top-k 3"), std::string::npos) << bad.status().message();
+  s = SmallMoe();
+  s.capacity_factor = 0;
+  bad = GptStages(s, GridShape{1, 1, 1}, false, 1);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--capacity-factor 0"), std::string::npos)
+      << bad.status().message();
+  s.capacity_factor = 1.25;
+  s.experts = -1;
+  bad = GptStages(s, GridShape{1, 1, 1}, false, 1);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--experts -1"), std::string::npos)
+      << bad.status().message();
+}
+
+TEST(ZeroPlan, CommandLinePlansExperts) {
+  auto [code, out] = RunTool(
+      "--layers 2 --hidden 64 --heads 4 --seq 64 --devices 4 --experts 8 --ep 2 --top-k 1 "
+      "--capacity-factor 2 --no-recommend");
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("8 experts per block"), std::string::npos) << out;
+  EXPECT_NE(out.find("top-1, capacity factor 2, ep 2"), std::string::npos) << out;
+  std::tie(code, out) = RunTool("--layers 2 --hidden 64 --heads 4 --devices 4 --experts 6 --ep 4");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("--experts 6 is not divisible by --ep 4"), std::string::npos) << out;
+  std::tie(code, out) = RunTool("--layers 2 --hidden 64 --heads 4 --devices 6 --experts 8 --ep 4");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("--ep 4 does not divide --dp 6"), std::string::npos) << out;
+  // The recommendation keeps ep and looks only at grids whose dp it divides.
+  std::tie(code, out) =
+      RunTool("--layers 2 --hidden 64 --heads 4 --seq 64 --devices 8 --experts 8 --ep 4");
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("(ep 4)"), std::string::npos) << out;
 }
 
 }  // namespace

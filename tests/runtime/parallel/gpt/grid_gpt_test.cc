@@ -301,7 +301,7 @@ TEST(GridGptTest, ExpertParallelMatchesOneRank) {
   ExpectMatchesReference(s);
 }
 
-// [Note: experts over tp] (tp_transformer_block.h): the experts replicated over tp, every tp
+// [Note: experts over tp] (moe_block_mlp.h): the experts replicated over tp, every tp
 // rank running them on all rows, with and without sequence parallelism, at ZeRO-2 and 3.
 TEST(GridGptTest, ExpertsWithTensorParallelismMatchOneRank) {
   GridSpec s;

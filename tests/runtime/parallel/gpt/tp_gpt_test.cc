@@ -2,11 +2,13 @@
 // nn's values, the loss and every parameter's gradient gathered over tp at tp 1, 2 and 4 with
 // and without sequence parallelism (including a padded vocabulary), a few SGD steps from
 // Init(seed), the bracket order, the parts with micro-batches in flight and recompute,
-// activation tracking, and the errors.
-#include "runtime/parallel/tensor/tp_gpt.h"
+// activation tracking, and the errors. The whole model runs as GptChunk's one-chunk case
+// (WholeModelForwardBackward / WholeModelForward, gpt_chunk.h).
+#include "runtime/parallel/gpt/tp_gpt.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -16,14 +18,18 @@
 #include "runtime/device/memory_tracker.h"
 #include "runtime/model/dense_unit_access.h"
 #include "runtime/nn/gpt.h"
+#include "runtime/parallel/gpt/gpt_chunk.h"
 #include "tests/runtime/parallel/tensor/tp_test_support.h"
 
-namespace zs::tp {
+namespace zs::parallel {
 namespace {
 
-using testing::ExpectClose;
-using testing::ExpectInvalidArgument;
-using testing::RunTp;
+using tp::TpBlockActivations;
+using tp::TpParamLayout;
+using tp::VocabShard;
+using tp::testing::ExpectClose;
+using tp::testing::ExpectInvalidArgument;
+using tp::testing::RunTp;
 
 // vocab 13 pads to 14 at tp 2 and 16 at tp 4; heads 4 split 4/2/1; rows 2 * 4 = 8.
 nn::GptConfig Small() {
@@ -95,7 +101,7 @@ void ExpectMatchesNn(const nn::GptConfig& config, int tp, bool sp, const ParamIn
     TpGpt& gpt = *models[rank];
     DenseUnitAccess access(gpt.spec(), gpt.ShardInit(full_init));
     ZS_ASSIGN_OR_RETURN(losses[rank],
-                        gpt.ForwardBackward(access, b.tokens, b.targets, kBatch, kSeq));
+                        WholeModelForwardBackward(gpt, access, b.tokens, b.targets, kBatch, kSeq));
     EXPECT_TRUE(access.idle());
     local[rank].resize(access.num_units());
     for (int u = 0; u < access.num_units(); ++u) {
@@ -244,8 +250,8 @@ TEST(TpGptTest, SgdStepsFromInitTrackNnGpt) {
     DenseUnitAccess access(gpt->spec(), gpt->Init(5));
     for (int s = 0; s < steps; ++s) {
       access.ZeroGrads();
-      ZS_ASSIGN_OR_RETURN(const float loss,
-                          gpt->ForwardBackward(access, b.tokens, b.targets, kBatch, kSeq));
+      ZS_ASSIGN_OR_RETURN(const float loss, WholeModelForwardBackward(*gpt, access, b.tokens,
+                                                                      b.targets, kBatch, kSeq));
       losses[rank].push_back(loss);
       for (int u = 0; u < access.num_units(); ++u) {
         std::span<float> p = access.UnitParams(u), g = access.UnitGrads(u);
@@ -268,10 +274,11 @@ TEST(TpGptTest, BracketOrderIsNnGpts) {
   RunTp(2, [&](int, Communicator& comm) -> Status {
     ZS_ASSIGN_OR_RETURN(std::unique_ptr<TpGpt> gpt, TpGpt::Create({Small(), true}, comm));
     DenseUnitAccess access(gpt->spec(), gpt->Init(1));
-    ZS_RETURN_IF_ERROR(gpt->ForwardBackward(access, b.tokens, b.targets, kBatch, kSeq).status());
+    ZS_RETURN_IF_ERROR(
+        WholeModelForwardBackward(*gpt, access, b.tokens, b.targets, kBatch, kSeq).status());
     EXPECT_EQ(access.trace(), ref_access.trace());
     access.ClearTrace();
-    ZS_RETURN_IF_ERROR(gpt->Forward(access, b.tokens, b.targets, kBatch, kSeq).status());
+    ZS_RETURN_IF_ERROR(WholeModelForward(*gpt, access, b.tokens, b.targets, kBatch, kSeq).status());
     EXPECT_EQ(access.trace().size(), 10u);  // the forward half
     return OkStatus();
   });
@@ -295,8 +302,8 @@ TEST(TpGptTest, PartsWithMicroBatchesInFlightAndRecompute) {
     whole.set_backward_scale(0.5f);
     float whole_loss[2];
     for (int m = 0; m < 2; ++m) {
-      ZS_ASSIGN_OR_RETURN(whole_loss[m],
-                          gpt->ForwardBackward(whole, mb[m].tokens, mb[m].targets, kBatch, kSeq));
+      ZS_ASSIGN_OR_RETURN(whole_loss[m], WholeModelForwardBackward(*gpt, whole, mb[m].tokens,
+                                                                   mb[m].targets, kBatch, kSeq));
     }
 
     DenseUnitAccess parts(gpt->spec(), gpt->ShardInit(init));
@@ -356,20 +363,42 @@ TEST(TpGptTest, PartsWithMicroBatchesInFlightAndRecompute) {
   });
 }
 
+// The whole model's activations are the one chunk's: tracked while it lives, gone after.
 TEST(TpGptTest, ActivationsAreTracked) {
   RunTp(2, [&](int, Communicator& comm) -> Status {
     MemoryTracker tracker;
+    ZS_ASSIGN_OR_RETURN(std::unique_ptr<TpGpt> gpt, TpGpt::Create({Small(), false}, comm));
+    DenseUnitAccess access(gpt->spec(), gpt->Init(1));
+    const Batch b = MakeBatch(13, kBatch, kSeq, 2);
     {
-      ZS_ASSIGN_OR_RETURN(std::unique_ptr<TpGpt> gpt,
-                          TpGpt::Create({Small(), false}, comm, &tracker));
-      DenseUnitAccess access(gpt->spec(), gpt->Init(1));
-      const Batch b = MakeBatch(13, kBatch, kSeq, 2);
-      ZS_RETURN_IF_ERROR(gpt->ForwardBackward(access, b.tokens, b.targets, kBatch, kSeq).status());
-      EXPECT_GT(gpt->activation_bytes(), kBatch * kSeq * 16 * 4 * 3);
+      GptChunkOptions options;
+      options.end = gpt->num_segments();
+      options.batch = kBatch;
+      options.seq = kSeq;
+      GptChunk chunk(
+          *gpt, access, options,
+          [&](int, std::span<int32_t> tokens, std::span<int32_t> targets) {
+            std::copy(b.tokens.begin(), b.tokens.end(), tokens.begin());
+            std::copy(b.targets.begin(), b.targets.end(), targets.begin());
+            return OkStatus();
+          },
+          /*tied=*/nullptr, &tracker);
+      ZS_RETURN_IF_ERROR(chunk.Forward(0, {}, {}).status());
+      EXPECT_GT(chunk.activation_bytes(), kBatch * kSeq * 16 * 4 * 3);
       EXPECT_EQ(tracker.Current(MemoryTier::kHost, MemoryCategory::kActivations),
-                gpt->activation_bytes());
+                chunk.activation_bytes());
+      ZS_RETURN_IF_ERROR(chunk.Backward(0, {}, {}));
+      EXPECT_EQ(tracker.Current(MemoryTier::kHost, MemoryCategory::kActivations),
+                chunk.activation_bytes());
+      EXPECT_GT(chunk.peak_activation_bytes(), kBatch * kSeq * 16 * 4 * 3);
     }
     EXPECT_EQ(tracker.Current(MemoryTier::kHost, MemoryCategory::kActivations), 0);
+    ZS_RETURN_IF_ERROR(
+        WholeModelForwardBackward(*gpt, access, b.tokens, b.targets, kBatch, kSeq, &tracker)
+            .status());
+    EXPECT_EQ(tracker.Current(MemoryTier::kHost, MemoryCategory::kActivations), 0);
+    EXPECT_GT(tracker.Peak(MemoryTier::kHost, MemoryCategory::kActivations),
+              kBatch * kSeq * 16 * 4 * 3);
     return OkStatus();
   });
 }
@@ -419,18 +448,20 @@ TEST(TpGptTest, ErrorsNameTheSizesAndOpenNoBracket) {
     ZS_ASSIGN_OR_RETURN(std::unique_ptr<TpGpt> gpt, TpGpt::Create({Small(), true}, comm));
     DenseUnitAccess access(gpt->spec(), gpt->Init(1));
     const Batch odd = MakeBatch(13, 1, 3, 2);  // 3 rows over tp 2, sequence parallel
-    ExpectInvalidArgument(gpt->ForwardBackward(access, odd.tokens, odd.targets, 1, 3).status(),
-                          {"rows (batch * seq) 3", "tp 2"});
+    ExpectInvalidArgument(
+        WholeModelForwardBackward(*gpt, access, odd.tokens, odd.targets, 1, 3).status(),
+        {"rows (batch * seq) 3", "tp 2"});
     Batch b = MakeBatch(13, kBatch, kSeq, 2);
     b.tokens[3] = 13;
-    ExpectInvalidArgument(gpt->Forward(access, b.tokens, b.targets, kBatch, kSeq).status(),
-                          {"token 13", "vocab 13"});
+    ExpectInvalidArgument(
+        WholeModelForward(*gpt, access, b.tokens, b.targets, kBatch, kSeq).status(),
+        {"token 13", "vocab 13"});
     b.tokens[3] = 0;
-    ExpectInvalidArgument(gpt->Forward(access, b.tokens, b.targets, kBatch, 7).status(),
+    ExpectInvalidArgument(WholeModelForward(*gpt, access, b.tokens, b.targets, kBatch, 7).status(),
                           {"seq 7", "max_seq 6"});
     auto ref = MakeNn(Small());  // the full model's shapes are not this rank's
     DenseUnitAccess full(ref->spec(), ref->Init(1));
-    ExpectInvalidArgument(gpt->Forward(full, b.tokens, b.targets, kBatch, kSeq).status(),
+    ExpectInvalidArgument(WholeModelForward(*gpt, full, b.tokens, b.targets, kBatch, kSeq).status(),
                           {"not this rank's TpGpt", "tp 2"});
     EXPECT_TRUE(access.trace().empty());
     EXPECT_TRUE(full.trace().empty());
@@ -445,4 +476,4 @@ TEST(TpGptTest, ErrorsNameTheSizesAndOpenNoBracket) {
 }
 
 }  // namespace
-}  // namespace zs::tp
+}  // namespace zs::parallel

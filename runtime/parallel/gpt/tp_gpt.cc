@@ -1,4 +1,4 @@
-#include "runtime/parallel/tensor/tp_gpt.h"
+#include "runtime/parallel/gpt/tp_gpt.h"
 
 #include <fmt/format.h>
 
@@ -7,10 +7,21 @@
 #include <string>
 
 #include "runtime/nn/embedding.h"
+#include "runtime/parallel/gpt/moe_block_mlp.h"
 #include "runtime/parallel/tensor/column_parallel_linear.h"
 #include "runtime/parallel/tensor/mappings.h"
 
-namespace zs::tp {
+namespace zs::parallel {
+
+using tp::ColumnParallelLinear;
+using tp::TpBlockActivations;
+using tp::TpLayerNorm;
+using tp::TpModuleParam;
+using tp::TpOptions;
+using tp::TpParamLayout;
+using tp::TpTransformerBlock;
+using tp::VocabParallelEmbedding;
+using tp::VocabShard;
 
 int64_t TpEmbeddingActivations::bytes() const {
   return static_cast<int64_t>((tokens.capacity() + positions.capacity()) * sizeof(int32_t));
@@ -25,7 +36,7 @@ int64_t TpHeadActivations::bytes() const {
 }
 
 StatusOr<std::unique_ptr<TpGpt>> TpGpt::Create(const TpGptConfig& config, Communicator& tp,
-                                               MemoryTracker* tracker, Communicator* ep) {
+                                               Communicator* ep) {
   ZS_ASSIGN_OR_RETURN(std::unique_ptr<nn::Gpt> full, nn::Gpt::Create(config.gpt));
   const TpOptions options = TpOptions::Of(tp, config.sequence_parallel);
   ZS_RETURN_IF_ERROR(options.Validate());
@@ -42,9 +53,11 @@ StatusOr<std::unique_ptr<TpGpt>> TpGpt::Create(const TpGptConfig& config, Commun
   moe.aux_loss_coef = config.moe.aux_loss_coef;
   for (int l = 0; l < g.layers; ++l) {
     if (config.moe.enabled()) {
+      ZS_ASSIGN_OR_RETURN(std::shared_ptr<const MoeBlockMlp> mlp,
+                          MoeBlockMlp::Create(2 + 2 * l, moe, options, ep));
       ZS_ASSIGN_OR_RETURN(TpTransformerBlock block,
-                          TpTransformerBlock::CreateMoe(1 + 2 * l, 0, 2 + 2 * l, g.hidden,
-                                                        g.heads, options, moe, ep));
+                          TpTransformerBlock::CreateWithMlp(1 + 2 * l, 0, g.hidden, g.heads,
+                                                            options, std::move(mlp)));
       blocks.push_back(std::move(block));
     } else {
       ZS_ASSIGN_OR_RETURN(TpTransformerBlock block,
@@ -53,17 +66,15 @@ StatusOr<std::unique_ptr<TpGpt>> TpGpt::Create(const TpGptConfig& config, Commun
     }
   }
   const int ep_size = config.moe.enabled() && ep != nullptr ? ep->size() : 1;
-  return std::unique_ptr<TpGpt>(new TpGpt(config, tp, tracker, std::move(full), std::move(wte),
-                                          std::move(blocks), ep_size));
+  return std::unique_ptr<TpGpt>(
+      new TpGpt(config, tp, std::move(full), std::move(wte), std::move(blocks), ep_size));
 }
 
-TpGpt::TpGpt(const TpGptConfig& config, Communicator& tp, MemoryTracker* tracker,
-             std::unique_ptr<nn::Gpt> full, VocabParallelEmbedding wte,
-             std::vector<TpTransformerBlock> blocks, int ep_size)
+TpGpt::TpGpt(const TpGptConfig& config, Communicator& tp, std::unique_ptr<nn::Gpt> full,
+             VocabParallelEmbedding wte, std::vector<TpTransformerBlock> blocks, int ep_size)
     : config_(config),
       tp_(tp),
       tp_options_(TpOptions::Of(tp, config.sequence_parallel)),
-      tracked_(tracker, MemoryTier::kHost, MemoryCategory::kActivations),
       full_(std::move(full)),
       wte_(std::move(wte)),
       blocks_(std::move(blocks)),
@@ -79,9 +90,9 @@ TpGpt::TpGpt(const TpGptConfig& config, Communicator& tp, MemoryTracker* tracker
   units.emplace_back("embed", std::move(embed));
   for (int l = 0; l < g.layers; ++l) {
     units.emplace_back(fmt::format("block.{}", l), blocks_[l].params(""));
-    if (blocks_[l].has_experts()) {
+    if (has_experts()) {
       std::vector<TpModuleParam> moe;
-      for (const nn::ModuleParam& p : blocks_[l].moe_params()) {
+      for (const nn::ModuleParam& p : this->moe(l).params("moe.")) {
         TpModuleParam tp_param = MakeTpParam(p, TpParamLayout::Replicated(p.spec.shape), 1);
         // Everything but the router (param 0) is an expert's, held by one ep rank.
         tp_param.spec.expert_parallel = !moe.empty();
@@ -101,8 +112,6 @@ TpGpt::TpGpt(const TpGptConfig& config, Communicator& tp, MemoryTracker* tracker
     spec_.units.push_back(std::move(unit));
     layouts_.push_back(std::move(layouts));
   }
-  block_act_.resize(g.layers);
-  x_.resize(g.layers + 1);
   if (config.moe.enabled()) return;  // the experts replace nn::Gpt's MLPs: no mirror
   // The tp spec mirrors nn::Gpt's: same units, same parameter names in the same order.
   const ModelSpec& f = full_->spec();
@@ -119,6 +128,13 @@ TpGpt::TpGpt(const TpGptConfig& config, Communicator& tp, MemoryTracker* tracker
                f.units[u].params[p].name);
     }
   }
+}
+
+const MoeMlp& TpGpt::moe(int layer) const {
+  ZS_CHECK(has_experts() && layer >= 0 && layer < config_.gpt.layers, "TpGpt: no experts in {}",
+           layer);
+  // Create gave every block of a model with experts a MoeBlockMlp.
+  return static_cast<const MoeBlockMlp&>(blocks_[size_t(layer)].mlp()).moe();
 }
 
 std::vector<int> TpGpt::LayerUnits(int layer) const {
@@ -179,20 +195,20 @@ ParamInit TpGpt::Init(uint64_t seed) const {
   // random streams of their own (kExpertInitStream + layer); they are replicated over tp.
   constexpr int kExpertInitStream = 1 << 20;  // above any nn::Gpt unit index
   struct Role {
-    int nn_unit = -1;       // dense: nn::Gpt's unit
-    int layer = -1;         // experts: the layer
-    int first_expert = 0;   // experts: this ep rank's first global expert
+    int nn_unit = -1;      // dense: nn::Gpt's unit
+    int layer = -1;        // experts: the layer
+    int first_expert = 0;  // experts: this ep rank's first global expert
   };
   std::vector<Role> roles(spec_.units.size());
   roles[kEmbedUnit].nn_unit = 0;
   roles[size_t(head_unit())].nn_unit = config_.gpt.layers + 1;
   for (int l = 0; l < config_.gpt.layers; ++l) {
     roles[size_t(block_unit(l))].nn_unit = 1 + l;
-    roles[size_t(moe_unit(l))] = Role{-1, l, blocks_[size_t(l)].moe()->first_expert()};
+    roles[size_t(moe_unit(l))] = Role{-1, l, moe(l).first_expert()};
   }
   const float residual_std = nn::Gpt::kInitStd / std::sqrt(2.0f * float(config_.gpt.layers));
-  return ShardInit([dense = full_->Init(seed), seed, roles, residual_std](
-                       int unit, int param, std::span<float> values) {
+  return ShardInit([dense = full_->Init(seed), seed, roles, residual_std](int unit, int param,
+                                                                          std::span<float> values) {
     const Role& role = roles[size_t(unit)];
     if (role.nn_unit >= 0) return dense(role.nn_unit, param, values);
     // MoeMlp's order: the router, then per local expert fc.weight, fc.bias, proj.weight,
@@ -308,9 +324,9 @@ Status TpGpt::EmbeddingBackward(UnitAccess& access, std::span<const float> dx,
     const float* dxi = dx.data() + i * h;
     for (int64_t j = 0; j < h; ++j) row[j] += dxi[j];
   }
-  return AccumulateReplicatedGrads(tp_, tp_options_.sequence_parallel,
-                                   std::span(dwpe, static_cast<size_t>(wpe_size)),
-                                   {access.Grad(kEmbedUnit, 1)});
+  return tp::AccumulateReplicatedGrads(tp_, tp_options_.sequence_parallel,
+                                       std::span(dwpe, static_cast<size_t>(wpe_size)),
+                                       {access.Grad(kEmbedUnit, 1)});
 }
 
 Status TpGpt::BlockForward(int layer, UnitAccess& access, std::span<const float> x, int64_t batch,
@@ -396,91 +412,4 @@ Status TpGpt::HeadBackward(UnitAccess& access, std::span<const float> x, std::sp
                         act.dxf.data(), local, dx.data(), scratch_);
 }
 
-// ---- the whole model ------------------------------------------------------------------------
-
-StatusOr<float> TpGpt::RunForward(UnitAccess& access, std::span<const int32_t> tokens,
-                                  std::span<const int32_t> targets, int64_t batch, int64_t seq) {
-  ZS_RETURN_IF_ERROR(CheckInputs(access, tokens, targets, batch, seq));
-  const int64_t rows = batch * seq, n = tp_options_.local_rows(rows) * config_.gpt.hidden;
-  const int layers = config_.gpt.layers;
-  rows_ = rows;
-  for (std::vector<float>& x : x_) x.resize(n);
-
-  ZS_RETURN_IF_ERROR(access.BeginForward(kEmbedUnit));
-  ZS_RETURN_IF_ERROR(EmbeddingForward(access, tokens, batch, seq, embed_act_, x_[0]));
-  ZS_RETURN_IF_ERROR(access.EndForward(kEmbedUnit));
-
-  for (int l = 0; l < layers; ++l) {
-    const std::vector<int> units = LayerUnits(l);
-    for (int u : units) ZS_RETURN_IF_ERROR(access.BeginForward(u));
-    ZS_RETURN_IF_ERROR(BlockForward(l, access, x_[l], batch, seq, block_act_[l], x_[l + 1]));
-    for (auto u = units.rbegin(); u != units.rend(); ++u) ZS_RETURN_IF_ERROR(access.EndForward(*u));
-  }
-
-  ZS_RETURN_IF_ERROR(access.BeginForward(head_unit()));
-  ZS_RETURN_IF_ERROR(access.BeginForward(kEmbedUnit));  // tied output projection
-  ZS_ASSIGN_OR_RETURN(const float loss, HeadForward(access, x_[layers], targets,
-                                                    access.Param(kEmbedUnit, 0), head_act_));
-  ZS_RETURN_IF_ERROR(access.EndForward(kEmbedUnit));
-  ZS_RETURN_IF_ERROR(access.EndForward(head_unit()));
-  return loss;
-}
-
-Status TpGpt::RunBackward(UnitAccess& access) {
-  const int64_t n = tp_options_.local_rows(rows_) * config_.gpt.hidden;
-  dx_a_.resize(n);
-  dx_b_.resize(n);
-
-  ZS_RETURN_IF_ERROR(access.BeginBackward(head_unit()));
-  ZS_RETURN_IF_ERROR(access.BeginBackward(kEmbedUnit));
-  ZS_RETURN_IF_ERROR(HeadBackward(access, x_[config_.gpt.layers], access.Param(kEmbedUnit, 0),
-                                  access.Grad(kEmbedUnit, 0), head_act_, dx_b_));
-  ZS_RETURN_IF_ERROR(access.EndBackward(kEmbedUnit));
-  ZS_RETURN_IF_ERROR(access.EndBackward(head_unit()));
-
-  // dx_b_ holds d/d(output of block l); each block writes d/d(its input) into dx_a_.
-  for (int l = config_.gpt.layers - 1; l >= 0; --l) {
-    const std::vector<int> units = LayerUnits(l);
-    for (int u : units) ZS_RETURN_IF_ERROR(access.BeginBackward(u));
-    ZS_RETURN_IF_ERROR(BlockBackward(l, access, x_[l], dx_b_, block_act_[l], dx_a_));
-    for (auto u = units.rbegin(); u != units.rend(); ++u) {
-      ZS_RETURN_IF_ERROR(access.EndBackward(*u));
-    }
-    dx_a_.swap(dx_b_);
-  }
-
-  ZS_RETURN_IF_ERROR(access.BeginBackward(kEmbedUnit));
-  ZS_RETURN_IF_ERROR(EmbeddingBackward(access, dx_b_, embed_act_));
-  return access.EndBackward(kEmbedUnit);
-}
-
-StatusOr<float> TpGpt::ForwardBackward(UnitAccess& access, std::span<const int32_t> tokens,
-                                       std::span<const int32_t> targets, int64_t batch,
-                                       int64_t seq) {
-  ZS_ASSIGN_OR_RETURN(const float loss, RunForward(access, tokens, targets, batch, seq));
-  ZS_RETURN_IF_ERROR(RunBackward(access));
-  UpdateTracker();
-  return loss;
-}
-
-StatusOr<float> TpGpt::Forward(UnitAccess& access, std::span<const int32_t> tokens,
-                               std::span<const int32_t> targets, int64_t batch, int64_t seq) {
-  ZS_ASSIGN_OR_RETURN(const float loss, RunForward(access, tokens, targets, batch, seq));
-  UpdateTracker();
-  return loss;
-}
-
-int64_t TpGpt::activation_bytes() const {
-  size_t floats = dx_a_.capacity() + dx_b_.capacity();
-  for (const std::vector<float>& x : x_) floats += x.capacity();
-  int64_t total = static_cast<int64_t>(floats * sizeof(float)) + embed_act_.bytes() +
-                  head_act_.bytes() + scratch_.bytes();
-  for (const TpBlockActivations& a : block_act_) total += a.bytes();
-  return total;
-}
-
-void TpGpt::UpdateTracker() {
-  tracked_.Set(activation_bytes());
-}
-
-}  // namespace zs::tp
+}  // namespace zs::parallel

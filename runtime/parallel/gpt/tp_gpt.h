@@ -7,8 +7,8 @@
 //   names, with this rank's local shapes and ParamSpec::tensor_parallel set per parameter
 //   (with experts, each "block.i" loses its mlp.* and is followed by "block.i.moe": the
 //   router, replicated, then this ep rank's experts, ParamSpec::expert_parallel; replicated
-//   over tp, [Note: experts over tp] in tp_transformer_block.h; Init draws the experts by
-//   their global index, so any ep size starts from the same model):
+//   over tp, [Note: experts over tp] in moe_block_mlp.h; Init draws the experts by their
+//   global index, so any ep size starts from the same model):
 //     unit 0        "embed"   wte.weight [Vp/tp, H] (tp), wpe.weight [T, H] (replicated)
 //     units 1..L    "block.i" ln1.* (repl.), attn.qkv.* [3H/tp, H], [3H/tp] (tp),
 //                             attn.proj.weight [H, H/tp] (tp), attn.proj.bias (repl.), ln2.*
@@ -21,13 +21,14 @@
 //   parameter is computed with nn::Gpt's init and sliced; padded vocabulary rows are zero), so
 //   TpGpt at any tp starts from the same model as nn::Gpt, and its loss and gradients (gathered
 //   over tp) match nn::Gpt's up to float summation order.
-// - The three parts, for pipelines (the whole-model calls below compose them). Each part reads
-//   parameters inside the caller's open bracket (forward bracket for Forward, backward bracket
-//   for Backward) of its unit, keeps its activations only in the caller-owned activations
-//   object (so several micro-batches may be in flight, and a recompute re-runs Forward into
-//   scratch activations before Backward), and blocks in tp collectives: every tp rank makes the
-//   same calls in the same order. The collectives' buffers are one TpScratch that this object
-//   owns (tp_scratch.h: dead between calls), so the parts are const but one thread at a time.
+// - The model's three parts; GptChunk (gpt_chunk.h) composes them, for a pipeline chunk or the
+//   whole model as one chunk (RunWholeModel). Each part reads parameters inside the caller's
+//   open bracket (forward bracket for Forward, backward bracket for Backward) of its unit,
+//   keeps its activations only in the caller-owned activations object (so several micro-batches
+//   may be in flight, and a recompute re-runs Forward into scratch activations before
+//   Backward), and blocks in tp collectives: every tp rank makes the same calls in the same
+//   order. The collectives' buffers are one TpScratch that this object owns (tp_scratch.h: dead
+//   between calls), so the parts are const but one thread at a time.
 //     embedding (unit 0):       tokens [batch*seq] -> x [local_rows, H]
 //     block i (unit 1+i):       x -> y, both [local_rows, H]
 //     head (unit L+1):          x [local_rows, H], targets [batch*seq] -> mean loss (the same
@@ -39,16 +40,10 @@
 //   local_rows = batch * seq, or batch * seq / tp with sequence parallelism (this rank's
 //   contiguous row block). Backward calls take the same x their Forward got; dx is
 //   overwritten. Replicated parameters get the full gradient on every tp rank.
-// - ForwardBackward / Forward run the whole model in one process with nn::Gpt's bracket order:
-//     F(0)  F(1) .. F(L)  F(L+1){F(0)}    then    B(L+1){B(0)}  B(L) .. B(1)  B(0)
-//   (the head reads unit 0 inside its own bracket), holding their activations in this object
-//   until the next call; with a MemoryTracker they are recorded as (kHost, kActivations)
-//   bytes, updated after each pass and removed by the destructor.
 // - Errors: InvalidArgument for a bad config, heads (or the MLP width) not divisible by tp, and,
 //   as nn::Gpt, bad tokens/targets, sizes, seq, or a UnitAccess of another model; with sequence
-//   parallelism batch * seq not divisible by tp. The whole-model calls check inputs before any
-//   bracket opens. Communicator and hook errors are returned as they are (brackets may then be
-//   left open).
+//   parallelism batch * seq not divisible by tp (CheckInputs says so before any bracket opens).
+//   Communicator and hook errors are returned as they are (brackets may then be left open).
 // - The tp communicator must outlive the model. One thread at a time per object (one TpGpt per
 //   rank).
 #pragma once
@@ -60,8 +55,6 @@
 
 #include "runtime/base/status.h"
 #include "runtime/comm/communicator.h"
-#include "runtime/device/memory_tracker.h"
-#include "runtime/device/tracked_bytes.h"
 #include "runtime/model/model_spec.h"
 #include "runtime/model/unit_access.h"
 #include "runtime/nn/gpt.h"
@@ -73,10 +66,15 @@
 #include "runtime/parallel/tensor/vocab_parallel_cross_entropy.h"
 #include "runtime/parallel/tensor/vocab_parallel_embedding.h"
 
-namespace zs::tp {
+namespace zs {
+class MoeMlp;
+}  // namespace zs
+
+namespace zs::parallel {
 
 // Experts in every block (runtime/parallel/expert): the MLP becomes a MoeMlp of `experts`
-// experts, each GPT's MLP shape (F = 4H), over the ep communicator given to Create.
+// experts, each GPT's MLP shape (F = 4H), over the ep communicator given to Create
+// (moe_block_mlp.h).
 struct TpMoeOptions {
   int experts = 0;  // 0: the dense GPT
   int top_k = 2;
@@ -114,20 +112,19 @@ class TpGpt {
  public:
   // `ep` (borrowed; experts only; null = one rank holding every expert) must outlive the model.
   static StatusOr<std::unique_ptr<TpGpt>> Create(const TpGptConfig& config, Communicator& tp,
-                                                 MemoryTracker* tracker = nullptr,
                                                  Communicator* ep = nullptr);
   ~TpGpt();
   TpGpt(const TpGpt&) = delete;
   TpGpt& operator=(const TpGpt&) = delete;
 
   const TpGptConfig& config() const { return config_; }
-  const TpOptions& tp_options() const { return tp_options_; }
-  const ModelSpec& spec() const { return spec_; }               // this rank's local shapes
+  const tp::TpOptions& tp_options() const { return tp_options_; }
+  const ModelSpec& spec() const { return spec_; }  // this rank's local shapes
   // nn::Gpt's (with experts: the dense model whose MLPs the experts replace).
   const ModelSpec& full_spec() const { return full_->spec(); }
-  const TpParamLayout& layout(int unit, int param) const;
+  const tp::TpParamLayout& layout(int unit, int param) const;
   int64_t padded_vocab() const { return wte_.padded_vocab(); }
-  VocabShard vocab_shard() const;
+  tp::VocabShard vocab_shard() const;
   int64_t local_rows(int64_t rows) const { return tp_options_.local_rows(rows); }
 
   ParamInit Init(uint64_t seed) const;
@@ -158,9 +155,9 @@ class TpGpt {
   Status EmbeddingBackward(UnitAccess& access, std::span<const float> dx,
                            TpEmbeddingActivations& act) const;
   Status BlockForward(int layer, UnitAccess& access, std::span<const float> x, int64_t batch,
-                      int64_t seq, TpBlockActivations& act, std::span<float> y) const;
+                      int64_t seq, tp::TpBlockActivations& act, std::span<float> y) const;
   Status BlockBackward(int layer, UnitAccess& access, std::span<const float> x,
-                       std::span<const float> dy, TpBlockActivations& act,
+                       std::span<const float> dy, tp::TpBlockActivations& act,
                        std::span<float> dx) const;
   StatusOr<float> HeadForward(UnitAccess& access, std::span<const float> x,
                               std::span<const int32_t> targets, std::span<const float> wte,
@@ -168,54 +165,33 @@ class TpGpt {
   Status HeadBackward(UnitAccess& access, std::span<const float> x, std::span<const float> wte,
                       std::span<float> dwte, TpHeadActivations& act, std::span<float> dx) const;
 
-  // ---- the whole model, as nn::Gpt ----
-  StatusOr<float> ForwardBackward(UnitAccess& access, std::span<const int32_t> tokens,
-                                  std::span<const int32_t> targets, int64_t batch, int64_t seq);
-  StatusOr<float> Forward(UnitAccess& access, std::span<const int32_t> tokens,
-                          std::span<const int32_t> targets, int64_t batch, int64_t seq);
-  // After Forward: this rank's columns of softmax(logits) [batch * seq, Vp/tp] (padded columns
-  // zero); after ForwardBackward their gradient.
-  std::span<const float> local_probabilities() const { return head_act_.logits; }
-  // Bytes of activations and scratch this object holds now (the whole-model calls').
-  int64_t activation_bytes() const;
-  // Bytes of the TpScratch the parts share (included in activation_bytes()); a caller that
-  // keeps the parts' activations itself counts these once.
-  int64_t scratch_bytes() const { return scratch_.bytes(); }
+  // InvalidArgument for tokens or targets that are not batch x seq ids in [0, vocab), seq
+  // outside [1, max_seq], rows tp does not divide under sequence parallelism, or an `access`
+  // of another model than this rank's TpGpt.
+  Status CheckInputs(const UnitAccess& access, std::span<const int32_t> tokens,
+                     std::span<const int32_t> targets, int64_t batch, int64_t seq) const;
 
  private:
-  TpGpt(const TpGptConfig& config, Communicator& tp, MemoryTracker* tracker,
-        std::unique_ptr<nn::Gpt> full, VocabParallelEmbedding wte,
-        std::vector<TpTransformerBlock> blocks, int ep_size);
+  TpGpt(const TpGptConfig& config, Communicator& tp, std::unique_ptr<nn::Gpt> full,
+        tp::VocabParallelEmbedding wte, std::vector<tp::TpTransformerBlock> blocks, int ep_size);
+  // Experts: layer `layer`'s MoeMlp.
+  const MoeMlp& moe(int layer) const;
   Status CheckTokens(std::string_view what, std::span<const int32_t> ids, int64_t batch,
                      int64_t seq) const;
   Status CheckRows(std::string_view what, size_t floats, int64_t rows) const;
-  Status CheckInputs(const UnitAccess& access, std::span<const int32_t> tokens,
-                     std::span<const int32_t> targets, int64_t batch, int64_t seq) const;
-  StatusOr<float> RunForward(UnitAccess& access, std::span<const int32_t> tokens,
-                             std::span<const int32_t> targets, int64_t batch, int64_t seq);
-  Status RunBackward(UnitAccess& access);
-  void UpdateTracker();
 
   TpGptConfig config_;
   Communicator& tp_;
-  TpOptions tp_options_;
-  TrackedBytes tracked_;  // activation_bytes() in the tracker (kHost, kActivations)
+  tp::TpOptions tp_options_;
   std::unique_ptr<nn::Gpt> full_;  // the unsplit model: its spec and Init
   ModelSpec spec_;
-  std::vector<std::vector<TpParamLayout>> layouts_;  // [unit][param]
+  std::vector<std::vector<tp::TpParamLayout>> layouts_;  // [unit][param]
   int ep_size_ = 1;
-  VocabParallelEmbedding wte_;
-  std::vector<TpTransformerBlock> blocks_;
-  TpLayerNorm ln_f_;
+  tp::VocabParallelEmbedding wte_;
+  std::vector<tp::TpTransformerBlock> blocks_;
+  tp::TpLayerNorm ln_f_;
 
-  // Activations of the last whole-model pass.
-  int64_t rows_ = 0;
-  TpEmbeddingActivations embed_act_;
-  std::vector<TpBlockActivations> block_act_;
-  TpHeadActivations head_act_;
-  std::vector<std::vector<float>> x_;  // x_[l]: input of block l; x_[L]: input of the head
-  std::vector<float> dx_a_, dx_b_;     // backward scratch [local_rows, H]
-  mutable TpScratch scratch_;          // every part's collectives (contents dead between calls)
+  mutable tp::TpScratch scratch_;  // every part's collectives (contents dead between calls)
 };
 
-}  // namespace zs::tp
+}  // namespace zs::parallel
