@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
@@ -20,6 +21,9 @@ LogLevel ThresholdFromEnv() {
   return LogLevel::kInfo;
 }
 
+// ScopedLogThreshold's, per thread.
+thread_local LogLevel thread_threshold = LogLevel::kDebug;
+
 std::mutex& TagMutex() {
   static std::mutex m;
   return m;
@@ -33,8 +37,14 @@ std::string& Tag() {
 
 bool LogEnabled(LogLevel level) {
   static const LogLevel threshold = ThresholdFromEnv();
-  return level >= threshold;
+  return level >= threshold && level >= thread_threshold;
 }
+
+ScopedLogThreshold::ScopedLogThreshold(LogLevel at_least) : previous_(thread_threshold) {
+  thread_threshold = std::max(previous_, at_least);
+}
+
+ScopedLogThreshold::~ScopedLogThreshold() { thread_threshold = previous_; }
 
 void SetLogRankTag(std::string tag) {
   std::lock_guard<std::mutex> lock(TagMutex());

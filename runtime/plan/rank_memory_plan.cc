@@ -9,6 +9,7 @@
 #include "offload/pinned_buffer_pool.h"
 #include "offload/shard_store.h"
 #include "offload/tile_copy_pipeline.h"
+#include "runtime/base/log.h"
 #include "optimizers/optimizer_spec.h"
 #include "runtime/device/counting_device.h"
 #include "runtime/device/tracked_bytes.h"
@@ -268,6 +269,10 @@ std::vector<PlanBracket> SequentialOrder(int num_units) {
 }
 
 StatusOr<RankPlan> PlanRankMemory(const RankPlanInput& in) {
+  // The engines below only count: their run-time warnings (a unit above the soft cap of
+  // stage3_max_live_parameters, a mixed frozen unit, ...) speak of a run, not of this plan, and
+  // would repeat once per planned rank and configuration.
+  ScopedLogThreshold quiet(LogLevel::kError);
   const EngineConfig& config = in.config;
   const ZeroConfig& zero = config.zero_optimization;
   const int stage = zero.stage;
