@@ -237,10 +237,19 @@ TEST_P(FabricBackendTest, MismatchedCountsFailWithinTheTimeout) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fabric, FabricBackendTest,
-                         ::testing::Values(Case{"shm", 1}, Case{"shm", 2}, Case{"shm", 3},
-                                           Case{"shm", 4}, Case{"tcp", 2}, Case{"tcp", 3}),
-                         CaseName);
+// Every case in the release and ASan suites. Under TSan (about 30x slower here; 124 s for all
+// six) a representative subset, as comm_conformance_test's: shm at 2 and 3 ranks and tcp at 3,
+// which exercise the backend's threads as the larger worlds do.
+std::vector<Case> AllCases() {
+#if defined(__SANITIZE_THREAD__)
+  return {Case{"shm", 2}, Case{"shm", 3}, Case{"tcp", 3}};
+#else
+  return {Case{"shm", 1}, Case{"shm", 2}, Case{"shm", 3},
+          Case{"shm", 4}, Case{"tcp", 2}, Case{"tcp", 3}};
+#endif
+}
+
+INSTANTIATE_TEST_SUITE_P(Fabric, FabricBackendTest, ::testing::ValuesIn(AllCases()), CaseName);
 
 TEST(FabricProviderChoice, SameHostPicksShm) {
   auto backend = MakeFabricBackend();
