@@ -114,10 +114,9 @@ StatusOr<SegmentKindCosts> ProbeOnTwoRanks(const nn::GptConfig& base, int64_t vo
 // its head's width is fitted to the machine. The partition then measures the fitted model
 // again and cuts it itself: nothing forces the cut.
 StatusOr<nn::GptConfig> BalanceableBubbleModel(const nn::GptConfig& base) {
-  auto probe = [&](int64_t vocab) { return ProbeOnTwoRanks(base, vocab); };
   const int64_t v1 = base.vocab, v0 = base.vocab / 4;
-  ZS_ASSIGN_OR_RETURN(SegmentKindCosts c1, probe(v1));
-  ZS_ASSIGN_OR_RETURN(SegmentKindCosts c0, probe(v0));
+  ZS_ASSIGN_OR_RETURN(SegmentKindCosts c1, ProbeOnTwoRanks(base, v1));
+  ZS_ASSIGN_OR_RETURN(SegmentKindCosts c0, ProbeOnTwoRanks(base, v0));
   // head(v) = offset + slope * v, in blocks (each probe's own block time).
   const double h1 = c1.head / c1.block, h0 = c0.head / c0.block;
   const double slope = (h1 - h0) / double(v1 - v0);

@@ -261,12 +261,7 @@ bool IsPlain(const CheckpointRank& rank) {
 
 StatusOr<std::string> SaveCheckpoint(ZeroEngine& engine, Communicator& dp, const std::string& root,
                                      const nlohmann::json& trainer) {
-  if (dp.size() != engine.world_size() || dp.rank() != engine.rank()) {
-    return InvalidArgumentError(fmt::format(
-        "SaveCheckpoint: communicator '{}' (rank {} of {}) is not the engine's (rank {} of {})",
-        dp.group_name(), dp.rank(), dp.size(), engine.rank(), engine.world_size()));
-  }
-  CheckpointRank rank;
+  CheckpointRank rank;  // CheckRank checks that dp is the engine's
   rank.world = &dp;
   rank.engines.push_back(WholeEngine(engine, dp));
   return SaveCheckpoint(rank, root, trainer);
@@ -449,12 +444,7 @@ StatusOr<std::string> SaveCheckpoint(const CheckpointRank& rank, const std::stri
 
 StatusOr<CheckpointManifest> LoadCheckpoint(ZeroEngine& engine, Communicator& dp,
                                             const std::string& path) {
-  if (dp.size() != engine.world_size() || dp.rank() != engine.rank()) {
-    return InvalidArgumentError(fmt::format(
-        "LoadCheckpoint: communicator '{}' (rank {} of {}) is not the engine's (rank {} of {})",
-        dp.group_name(), dp.rank(), dp.size(), engine.rank(), engine.world_size()));
-  }
-  CheckpointRank rank;
+  CheckpointRank rank;  // CheckRank checks that dp is the engine's
   rank.world = &dp;
   rank.engines.push_back(WholeEngine(engine, dp));
   return LoadCheckpoint(rank, path);

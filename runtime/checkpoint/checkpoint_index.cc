@@ -119,12 +119,16 @@ StatusOr<const ShardFileReader*> RankFileCache::Get(const CheckpointIndex& index
   if (file < 0 || file >= int(index.files.size())) {
     return InvalidArgumentError(fmt::format("no rank file {} (of {})", file, index.files.size()));
   }
-  if (readers_.size() >= kMaxOpen) readers_.clear();
+  if (readers_.size() >= kMaxOpen) {
+    readers_.erase(open_order_.front());
+    open_order_.pop_front();
+  }
   const CheckpointIndex::File& f = index.files[size_t(file)];
   ZS_ASSIGN_OR_RETURN(
       ShardFileReader r,
       ShardFileReader::OpenData((fs::path(dir_) / f.name).string(), f.bytes, f.data_start));
   opened_.insert(file);
+  open_order_.push_back(file);
   return &readers_.emplace(file, std::move(r)).first->second;
 }
 

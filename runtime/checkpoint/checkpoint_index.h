@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -76,8 +77,8 @@ StatusOr<CheckpointIndex> ReadCheckpointIndex(const std::string& path, int64_t b
                                               uint64_t checksum);
 
 // The rank files of one checkpoint that a reader has opened, opened on first use and kept
-// open, at most kMaxOpen at a time (all are closed when one more is needed: a reader of every
-// file, as a consolidation, never runs out of descriptors at thousands of ranks).
+// open, at most kMaxOpen at a time (the longest open is closed when one more is needed: a reader
+// of every file, as a consolidation, never runs out of descriptors at thousands of ranks).
 class RankFileCache {
  public:
   static constexpr size_t kMaxOpen = 64;
@@ -91,6 +92,7 @@ class RankFileCache {
  private:
   std::string dir_;
   std::map<int, ShardFileReader> readers_;
+  std::deque<int> open_order_;  // readers_' keys, oldest first
   std::set<int> opened_;
 };
 
