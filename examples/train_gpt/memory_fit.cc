@@ -26,14 +26,7 @@ Status CheckMemoryFits(const Args& args, const EngineConfig& config, int64_t voc
   choice.grid = {args.tp, args.pp, dp_size, *schedule, args.virtual_stages, args.sequence_parallel};
   choice.grid.ep = args.ep;
   choice.stage = config.zero_optimization.stage;
-  const OffloadDevice opt = config.zero_optimization.offload_optimizer.device;
-  const OffloadDevice par = config.zero_optimization.offload_param.device;
-  choice.offload =
-      opt == OffloadDevice::kNvme
-          ? (par != OffloadDevice::kNone ? OffloadChoice::kNvmeAll : OffloadChoice::kNvmeOptimizer)
-      : opt == OffloadDevice::kCpu
-          ? (par != OffloadDevice::kNone ? OffloadChoice::kCpuAll : OffloadChoice::kCpuOptimizer)
-          : OffloadChoice::kNone;
+  choice.offload = OffloadChoiceOf(config.zero_optimization);
   choice.recompute = args.recompute;
   choice.reduce_bucket_size = config.zero_optimization.reduce_bucket_size;
   ClusterSpec cluster;

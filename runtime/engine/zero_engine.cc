@@ -127,15 +127,6 @@ Status ZeroEngine::Impl::Init(const ParamInit& init) {
   const int rank = dp_.rank();
   // Before any collective: every rank has the same config and model, so all fail alike.
   ZS_RETURN_IF_ERROR(CheckParamGroups());
-  // [Note: frozen units]: the frozen parameters of units that also train step in a group of
-  // their own, with learning rate 0, after the config's groups.
-  for (const UnitSpec& unit : model_.units) {
-    for (const ParamSpec& p : unit.params) {
-      if (!p.trainable && !unit.frozen()) {
-        frozen_group_ = int(config_.zerostack.param_groups.size()) + 1;
-      }
-    }
-  }
   ZS_ASSIGN_OR_RETURN(gather_comm_, dp_.Split(0, rank, dp_.group_name() + ".gather"));
   ZS_ASSIGN_OR_RETURN(reduce_comm_, dp_.Split(0, rank, dp_.group_name() + ".reduce"));
 
@@ -160,6 +151,11 @@ Status ZeroEngine::Impl::Init(const ParamInit& init) {
     units_.back().frozen = frozen;
     for (size_t p = 0; p < model_.units[u].params.size() && !frozen; ++p) {
       if (!model_.units[u].params[p].trainable) units_.back().frozen_params.push_back(int(p));
+    }
+    // [Note: frozen units]: the frozen parameters of units that also train step in a group of
+    // their own, with learning rate 0, after the config's groups.
+    if (!units_.back().frozen_params.empty()) {
+      frozen_group_ = int(config_.zerostack.param_groups.size()) + 1;
     }
   }
 

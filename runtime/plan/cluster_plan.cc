@@ -92,6 +92,18 @@ Status CheckCluster(const ClusterSpec& c) {
   return OkStatus();
 }
 
+OffloadChoice OffloadChoiceOf(const ZeroConfig& zero) {
+  const bool params = zero.offload_param.device != OffloadDevice::kNone;
+  switch (zero.offload_optimizer.device) {
+    case OffloadDevice::kNvme:
+      return params ? OffloadChoice::kNvmeAll : OffloadChoice::kNvmeOptimizer;
+    case OffloadDevice::kCpu:
+      return params ? OffloadChoice::kCpuAll : OffloadChoice::kCpuOptimizer;
+    default:
+      return OffloadChoice::kNone;
+  }
+}
+
 std::string_view OffloadChoiceName(OffloadChoice o) {
   switch (o) {
     case OffloadChoice::kNone:

@@ -57,6 +57,9 @@ enum class OffloadChoice { kNone, kCpuOptimizer, kCpuAll, kNvmeOptimizer, kNvmeA
 std::string_view OffloadChoiceName(OffloadChoice o);  // "none", "cpu-opt", "cpu-opt+param", ...
 // Whether `o` is allowed at `stage` (optimizer offload at 1-3, parameter offload at 3).
 bool OffloadAllowed(OffloadChoice o, int stage);
+// The choice a config's offload devices make (Configure's inverse). OffloadChoice has no mixed
+// tiers: parameters offloaded anywhere go with the optimizer's tier.
+OffloadChoice OffloadChoiceOf(const ZeroConfig& zero);
 
 struct PlanChoice {
   GridShape grid;
