@@ -9,7 +9,8 @@
 //   and returns a CommHandle (comm_handle.h) at once. Operations of one communicator run in the
 //   order they were started; every rank must start the same collectives in the same order with
 //   matching counts and dtypes (as in NCCL and MPI). Different communicators progress
-//   independently. The blocking forms (AllReduce(...)) are Start...().Wait().
+//   independently. The blocking forms (AllReduce(...)) are Start...().Wait(); a backend may run
+//   them on the calling thread (blocking_call.h).
 // - Buffers belong to the caller and must stay valid, untouched, until the handle is waited.
 //   Buffers are host memory for the cpu backends and device memory for nccl.
 // - Counts are in elements of `dtype`. AllGather/ReduceScatter take `count` elements per rank:
@@ -54,6 +55,7 @@
 
 #include "runtime/base/dtype.h"
 #include "runtime/base/status.h"
+#include "runtime/comm/blocking_call.h"
 #include "runtime/comm/comm_handle.h"
 #include "runtime/device/memory_tracker.h"
 
@@ -113,33 +115,45 @@ class Communicator {
   // new group in errors and logs.
   virtual StatusOr<std::unique_ptr<Communicator>> Split(int color, int key, std::string name) = 0;
 
-  // Blocking forms.
+  // Blocking forms: Start...().Wait(), started inside a BlockingCallScope (a queue-driven
+  // backend may then run the operation on this thread).
   Status AllGather(const void* send, void* recv, size_t count, DType dtype) {
+    BlockingCallScope blocking;
     return StartAllGather(send, recv, count, dtype).Wait();
   }
   Status ReduceScatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
+    BlockingCallScope blocking;
     return StartReduceScatter(send, recv, count, dtype, op).Wait();
   }
   Status AllReduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
+    BlockingCallScope blocking;
     return StartAllReduce(send, recv, count, dtype, op).Wait();
   }
   Status Broadcast(void* buffer, size_t count, DType dtype, int root) {
+    BlockingCallScope blocking;
     return StartBroadcast(buffer, count, dtype, root).Wait();
   }
   Status Send(const void* buffer, size_t count, DType dtype, int peer) {
+    BlockingCallScope blocking;
     return StartSend(buffer, count, dtype, peer).Wait();
   }
   Status Recv(void* buffer, size_t count, DType dtype, int peer) {
+    BlockingCallScope blocking;
     return StartRecv(buffer, count, dtype, peer).Wait();
   }
-  Status Barrier() { return StartBarrier().Wait(); }
+  Status Barrier() {
+    BlockingCallScope blocking;
+    return StartBarrier().Wait();
+  }
   Status AllToAll(const void* send, void* recv, size_t count, DType dtype) {
+    BlockingCallScope blocking;
     return StartAllToAll(send, recv, count, dtype).Wait();
   }
   Status AllToAllv(const void* send, std::span<const size_t> send_counts,
                    std::span<const size_t> send_offsets, void* recv,
                    std::span<const size_t> recv_counts, std::span<const size_t> recv_offsets,
                    DType dtype) {
+    BlockingCallScope blocking;
     return StartAllToAllv(send, send_counts, send_offsets, recv, recv_counts, recv_offsets, dtype)
         .Wait();
   }

@@ -128,7 +128,7 @@ char* FabricCommunicator::Scratch(size_t bytes) {
   return scratch_.get();
 }
 
-// ---- operations (worker thread) ----------------------------------------------------------
+// ---- operations (the OpQueue's running thread) ----------------------------------------------------------
 
 Status FabricCommunicator::RunAllGather(const std::string& description, OpKind kind, uint32_t seq,
                                         const void* send, void* recv, size_t bytes) {

@@ -3,8 +3,10 @@
 // endpoint). Created by the fabric backend (fabric_backend.h) or by Split.
 //
 // Contract (beyond communicator.h)
-// - Operations run in order on the communicator's OpQueue worker thread; that thread drives the
-//   endpoint's manual progress while it waits (FabricTransfer). No thread polls while idle.
+// - Operations run in order, one at a time, on the communicator's OpQueue: on its worker thread,
+//   or on the caller for a blocking form when the queue is idle (op_queue.h). The thread that
+//   runs an operation drives the endpoint's manual progress while it waits (FabricTransfer). No
+//   thread polls while idle.
 // - Tags: comm id (12 bits) | op kind (4) | op sequence number (16) | sender's group rank (12)
 //   | segment (20). The op kind and sequence number keep a mismatched call from ever matching
 //   another operation's messages: it fails with DeadlineExceeded (or InvalidArgument when only
@@ -166,7 +168,7 @@ class FabricCommunicator final : public Communicator {
   // The streams of one operation over `transfer`, with the communicator's window, rendezvous
   // threshold and direct copy.
   FabricStreamSet NewStreams(FabricTransfer& transfer, size_t segment) const;
-  char* Scratch(size_t bytes);  // the reduction ring; worker thread only
+  char* Scratch(size_t bytes);  // the reduction ring; the running operation's thread only
 
   Status RunAllGather(const std::string& description, OpKind kind, uint32_t seq,
                       const void* send, void* recv, size_t bytes);
@@ -205,7 +207,7 @@ class FabricCommunicator final : public Communicator {
   std::vector<uint32_t> send_seq_;  // per peer
   std::vector<uint32_t> recv_seq_;  // per peer
 
-  // Worker thread only. Shared so that requests the provider would not cancel keep it alive.
+  // The running operation's thread only (OpQueue runs one at a time). Shared so that requests the provider would not cancel keep it alive.
   std::shared_ptr<char[]> scratch_;
   size_t scratch_bytes_ = 0;
 

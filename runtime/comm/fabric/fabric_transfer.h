@@ -2,7 +2,7 @@
 // loop that drives them to completion (manual progress, back-off, deadline, dead peers).
 //
 // Contract
-// - Created by the worker thread that runs one operation (OpQueue); used by that thread only,
+// - Created by the thread that runs one operation (OpQueue); used by that thread only,
 //   except OnCompletion, which the endpoint calls under its mutex from whichever thread read
 //   the completion queue (several communicators may share one endpoint).
 // - Send/Recv post at once when the provider accepts; on -FI_EAGAIN the request waits in a

@@ -3,8 +3,9 @@
 // operations in order against the group's SharedGroup.
 //
 // Contract
-// - Follows communicator.h. Start...() validates, queues and returns; the worker thread does
-//   the rendezvous and the copies, each operation with a deadline of options().timeout from the
+// - Follows communicator.h. Start...() validates, queues and returns; the queue's running thread
+//   (its worker, or the caller of a blocking form on an idle queue: op_queue.h) does the
+//   rendezvous and the copies, each operation with a deadline of options().timeout from the
 //   moment it starts running.
 // - Destruction finishes the queued operations (as OpQueue does), then marks this rank dead in
 //   its group so that peers still waiting for it fail at once with kUnavailable.
@@ -48,7 +49,7 @@ class LocalCommunicator final : public Communicator {
  private:
   // Queues fn(deadline) and marks this rank failed in the group if it fails.
   CommHandle Enqueue(std::string description, std::function<Status(Clock::time_point)> fn);
-  // Runs one collective on the worker thread (the rendezvous and the data movement).
+  // Runs one collective on the queue's running thread (the rendezvous and the data movement).
   // Enqueue(what, RunCollective(call, what, deadline)): the tail of every collective's Start.
   CommHandle EnqueueCollective(CollectiveCall call, std::string what);
   Status RunCollective(CollectiveCall call, const std::string& what, Clock::time_point deadline);
@@ -60,8 +61,8 @@ class LocalCommunicator final : public Communicator {
   const std::shared_ptr<SharedGroup> group_;
   const int rank_;
   const CommOptions options_;
-  uint64_t seq_ = 0;   // collectives started; worker thread only
-  uint64_t step_ = 0;  // steps passed; worker thread only
+  uint64_t seq_ = 0;   // collectives started; the running operation's thread only
+  uint64_t step_ = 0;  // steps passed; the running operation's thread only
   std::unique_ptr<OpQueue> queue_;
 };
 

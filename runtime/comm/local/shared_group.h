@@ -4,7 +4,8 @@
 //
 // Contract
 // - One SharedGroup per group, shared (shared_ptr) by the LocalCommunicators of its ranks. Each
-//   rank's methods are called by that rank's one worker thread (its OpQueue), except MarkDead,
+//   rank's methods are called by the thread running that rank's operation, one at a time (its
+//   OpQueue's worker, or its caller for a blocking form: op_queue.h), except MarkDead,
 //   called by the communicator's destructor after its worker stopped.
 // - Steps: each rank counts the rendezvous points ("steps") it passed; every rank passes the
 //   same steps in the same order because every collective has a fixed number of them, decided

@@ -1,13 +1,17 @@
-// OpQueue and CommHandle semantics: order, broken-after-failure, Wait twice, Test, and the
-// check that catches a handle destroyed without Wait().
+// OpQueue and CommHandle semantics: order, broken-after-failure, Wait twice, Test, the
+// blocking forms on the caller's thread, and the check that catches a handle destroyed without
+// Wait().
 #include "runtime/comm/op_queue.h"
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <future>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "runtime/comm/blocking_call.h"
 #include "runtime/comm/comm_handle.h"
 
 namespace zs {
@@ -81,6 +85,83 @@ TEST(OpQueueTest, DestructorRunsQueuedOperations) {
   EXPECT_EQ(ran, 5);
   for (CommHandle& h : handles) EXPECT_TRUE(h.Test());
   for (CommHandle& h : handles) EXPECT_TRUE(h.Wait().ok());
+}
+
+// [Note: blocking forms run on the caller]: inside a BlockingCallScope an idle queue runs the
+// operation before Submit returns, on the submitting thread; outside it, on the worker.
+TEST(OpQueueTest, BlockingCallRunsOnTheCallerWhenIdle) {
+  OpQueue queue("queue");
+  const std::thread::id caller = std::this_thread::get_id();
+  std::thread::id ran_on;
+  {
+    BlockingCallScope blocking;
+    CommHandle h = queue.Submit("blocking", [&] {
+      ran_on = std::this_thread::get_id();
+      return OkStatus();
+    });
+    EXPECT_TRUE(h.Test());  // already done: it ran inside Submit
+    EXPECT_TRUE(h.Wait().ok());
+  }
+  EXPECT_EQ(ran_on, caller);
+  EXPECT_EQ(queue.ran_on_caller(), 1);
+
+  CommHandle h = queue.Submit("async", [&] {
+    ran_on = std::this_thread::get_id();
+    return OkStatus();
+  });
+  EXPECT_TRUE(h.Wait().ok());
+  EXPECT_NE(ran_on, caller);
+  EXPECT_EQ(queue.ran_on_caller(), 1);
+  EXPECT_FALSE(BlockingCallScope::Active());
+}
+
+// A blocking call behind an operation still queued or running waits its turn on the worker:
+// order is kept.
+TEST(OpQueueTest, BlockingCallBehindAQueuedOperationKeepsTheOrder) {
+  OpQueue queue("queue");
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::vector<int> ran;  // written by whichever thread runs an item, one at a time
+  CommHandle first = queue.Submit("gated", [&, released] {
+    released.wait();
+    ran.push_back(1);
+    return OkStatus();
+  });
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    release.set_value();
+  });
+  {
+    BlockingCallScope blocking;
+    CommHandle second = queue.Submit("blocking", [&] {
+      ran.push_back(2);
+      return OkStatus();
+    });
+    EXPECT_TRUE(second.Wait().ok());
+  }
+  releaser.join();
+  EXPECT_TRUE(first.Wait().ok());
+  EXPECT_EQ(ran, (std::vector<int>{1, 2}));
+  EXPECT_EQ(queue.ran_on_caller(), 0);
+}
+
+// Failure semantics are the same on the caller: a failing blocking call breaks the queue, and
+// a blocking call on a broken queue is aborted without running.
+TEST(OpQueueTest, BlockingCallFailureBreaksTheQueue) {
+  OpQueue queue("queue 'q'");
+  BlockingCallScope blocking;
+  CommHandle failing = queue.Submit("first", [] { return InternalError("boom on the caller"); });
+  EXPECT_EQ(failing.Wait().code(), StatusCode::kInternal);
+  bool ran = false;
+  CommHandle later = queue.Submit("later", [&] {
+    ran = true;
+    return OkStatus();
+  });
+  Status s = later.Wait();
+  EXPECT_EQ(s.code(), StatusCode::kAborted);
+  EXPECT_NE(s.message().find("boom on the caller"), std::string::npos) << s.ToString();
+  EXPECT_FALSE(ran);
+  EXPECT_EQ(queue.broken_status().code(), StatusCode::kInternal);
 }
 
 TEST(CommHandleTest, TestIsFalseUntilTheOperationCompletes) {
