@@ -305,10 +305,8 @@ StatusOr<std::string> SaveCheckpoint(const CheckpointRank& rank, const std::stri
       StoredParam p;
       p.state = st;
       if (!e.model_units.empty()) p.state.unit = e.model_units[size_t(st.unit)];
-      p.name = place.name;
       p.unit_name = e.engine->model().units[size_t(st.unit)].name;
-      p.shape = place.layout.full_shape;
-      p.tp = PlacementTpJson(place);
+      p.placement = place;
       params.push_back(std::move(p));
       return OkStatus();
     });
@@ -528,30 +526,9 @@ StatusOr<CheckpointManifest> LoadCheckpoint(const CheckpointRank& rank, const st
       }
     }
     // Where the pieces are: the index ([Note: checkpoint index]), else every rank file's header.
-    if (!manifest->index.name.empty()) {
-      const std::string ipath = (fs::path(manifest->dir) / manifest->index.name).string();
-      ZS_ASSIGN_OR_RETURN(CheckpointIndex i, ReadCheckpointIndex(ipath, manifest->index.bytes,
-                                                                 manifest->index.checksum));
-      bool same = i.files.size() == manifest->files.size();
-      for (size_t f = 0; same && f < i.files.size(); ++f) {
-        same = i.files[f].name == manifest->files[f].name &&
-               i.files[f].bytes == manifest->files[f].bytes;
-      }
-      if (!same) {
-        return IoError(
-            fmt::format("checkpoint index '{}' does not list the manifest's {} rank "
-                        "files (names and sizes)",
-                        ipath, manifest->files.size()));
-      }
-      index = std::move(i);
-    } else {
-      std::vector<RankFileRef> refs;
-      for (const auto& f : manifest->files) refs.push_back({f.name, f.rank, f.bytes});
-      ZS_ASSIGN_OR_RETURN(CheckpointIndex i, IndexRankFiles(manifest->dir, refs));
-      i.Sort();
-      index = std::move(i);
-      scanned = true;
-    }
+    ZS_ASSIGN_OR_RETURN(CheckpointIndex i, OpenCheckpointIndex(*manifest));
+    index = std::move(i);
+    scanned = manifest->index.name.empty();
     return OkStatus();
   };
   ZS_RETURN_IF_ERROR(Agree(world, open(), fmt::format("loading checkpoint '{}'", path)));

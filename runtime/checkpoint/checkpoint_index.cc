@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <tuple>
 
+#include "runtime/checkpoint/checkpoint.h"
+
 namespace zs {
 namespace fs = std::filesystem;
 
@@ -110,6 +112,31 @@ StatusOr<CheckpointIndex> ReadCheckpointIndex(const std::string& path, int64_t b
     return IoError(fmt::format("checkpoint index '{}': bad JSON: {}", path, e.what()));
   }
   index.Sort();
+  return index;
+}
+
+StatusOr<CheckpointIndex> OpenCheckpointIndex(const CheckpointManifest& manifest) {
+  if (manifest.index.name.empty()) {  // older than the index: every rank file's header
+    std::vector<RankFileRef> refs;
+    for (const auto& f : manifest.files) refs.push_back({f.name, f.rank, f.bytes});
+    ZS_ASSIGN_OR_RETURN(CheckpointIndex index, IndexRankFiles(manifest.dir, refs));
+    index.Sort();
+    return index;
+  }
+  const std::string path = (fs::path(manifest.dir) / manifest.index.name).string();
+  ZS_ASSIGN_OR_RETURN(CheckpointIndex index,
+                      ReadCheckpointIndex(path, manifest.index.bytes, manifest.index.checksum));
+  bool same = index.files.size() == manifest.files.size();
+  for (size_t f = 0; same && f < index.files.size(); ++f) {
+    same = index.files[f].name == manifest.files[f].name &&
+           index.files[f].bytes == manifest.files[f].bytes;
+  }
+  if (!same) {
+    return IoError(
+        fmt::format("checkpoint index '{}' does not list the manifest's {} rank "
+                    "files (names and sizes)",
+                    path, manifest.files.size()));
+  }
   return index;
 }
 

@@ -15,7 +15,8 @@
 //   collective: the save's all-gather of sizes and checksums already says they are durable.
 //   A checkpoint without an index (written before it existed) is read by a scan of every rank
 //   file's header instead (IndexRankFiles), which is also what `zero-ckpt verify` compares
-//   the index with.
+//   the index with. Readers (LoadCheckpoint, zero-ckpt) get the index, or the scan, from
+//   OpenCheckpointIndex alone.
 // - Memory: the index is O(pieces) (for a GPT about tp x parameters x the few dp ranks a
 //   parameter's range meets); every loading rank holds all of it.
 // - Errors name the file (the index or the rank file) and, where one is at fault, the parameter.
@@ -75,6 +76,16 @@ nlohmann::json CheckpointIndexToJson(const CheckpointIndex& index);
 // file: missing, truncated, corrupt), then parses it (sorted).
 StatusOr<CheckpointIndex> ReadCheckpointIndex(const std::string& path, int64_t bytes,
                                               uint64_t checksum);
+
+struct CheckpointManifest;  // checkpoint.h
+
+// The index of the checkpoint `manifest` describes (ReadCheckpointManifest), sorted: its index
+// file read and checked (ReadCheckpointIndex: missing, truncated, corrupt) and required to list
+// the manifest's rank files (names and sizes, in order: IoError naming the index otherwise);
+// when the manifest lists no index (an older checkpoint), built by reading every rank file's
+// header (IndexRankFiles, each file's size checked against the manifest; errors name the rank
+// file). It was scanned exactly when manifest.index.name is empty. Opens one file at a time.
+StatusOr<CheckpointIndex> OpenCheckpointIndex(const CheckpointManifest& manifest);
 
 // The rank files of one checkpoint that a reader has opened, opened on first use and kept
 // open, at most kMaxOpen at a time (the longest open is closed when one more is needed: a reader

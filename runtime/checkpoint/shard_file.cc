@@ -60,6 +60,42 @@ std::string ChecksumHex(uint64_t h) { return fmt::format("{:016x}", h); }
 
 std::string RankFileName(int rank) { return fmt::format("rank-{:05d}.zsd", rank); }
 
+namespace {
+
+// The header entry of `p`, its arrays at data offsets from `*offset` on (advanced past them, in
+// the order the arrays' bytes follow the header): what ShardFileReader::Open reads back.
+ShardFileReader::ParamEntry StoredEntry(const StoredParam& p, int64_t* offset) {
+  ShardFileReader::ParamEntry e;
+  e.unit = p.state.unit;
+  e.param = p.state.param;
+  e.name = p.placement.name;
+  e.unit_name = p.unit_name;
+  e.shape = p.placement.layout.full_shape;
+  e.begin = p.state.begin;
+  e.end = p.state.end;
+  e.placement = p.placement;
+  for (const OwnedArray& a : p.state.arrays) {
+    ShardFileReader::ArrayEntry& stored = e.arrays.emplace_back();
+    stored.kind = a.kind;
+    stored.dtype = a.dtype;
+    stored.offset = *offset;
+    stored.bytes = int64_t(a.data.size());
+    stored.checksum = Fnv1a64(a.data.data(), a.data.size());
+    *offset += stored.bytes;
+    if (a.dtype == "int8") {
+      const size_t sb = a.scales.size() * sizeof(float);
+      stored.block_origin = a.block_origin;
+      stored.scales_offset = *offset;
+      stored.scales_count = int64_t(a.scales.size());
+      stored.scales_checksum = Fnv1a64(a.scales.data(), sb);
+      *offset += int64_t(sb);
+    }
+  }
+  return e;
+}
+
+}  // namespace
+
 StatusOr<WrittenFile> WriteShardFile(const std::string& path, int rank, int world_size,
                                      const std::vector<StoredParam>& params) {
   nlohmann::json header;
@@ -68,32 +104,7 @@ StatusOr<WrittenFile> WriteShardFile(const std::string& path, int rank, int worl
   header["world_size"] = world_size;
   nlohmann::json list = nlohmann::json::array();
   int64_t offset = 0;
-  for (const StoredParam& p : params) {
-    nlohmann::json arrays = nlohmann::json::array();
-    for (const OwnedArray& a : p.state.arrays) {
-      nlohmann::json ja{{"kind", a.kind},
-                        {"dtype", a.dtype},
-                        {"offset", offset},
-                        {"bytes", a.data.size()},
-                        {"checksum", ChecksumHex(Fnv1a64(a.data.data(), a.data.size()))}};
-      offset += int64_t(a.data.size());
-      if (a.dtype == "int8") {
-        const size_t sb = a.scales.size() * sizeof(float);
-        ja["block_origin"] = a.block_origin;
-        ja["scales_offset"] = offset;
-        ja["scales_count"] = a.scales.size();
-        ja["scales_checksum"] = ChecksumHex(Fnv1a64(a.scales.data(), sb));
-        offset += int64_t(sb);
-      }
-      arrays.push_back(std::move(ja));
-    }
-    nlohmann::json entry{{"unit", p.state.unit}, {"param", p.state.param},
-                         {"name", p.name},       {"unit_name", p.unit_name},
-                         {"shape", p.shape},     {"begin", p.state.begin},
-                         {"end", p.state.end},   {"arrays", std::move(arrays)}};
-    if (!p.tp.is_null()) entry["tp"] = p.tp;
-    list.push_back(std::move(entry));
-  }
+  for (const StoredParam& p : params) list.push_back(ParamEntryToJson(StoredEntry(p, &offset)));
   header["params"] = std::move(list);
   const std::string text = header.dump();
   const uint64_t length = text.size();

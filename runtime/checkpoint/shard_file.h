@@ -52,11 +52,9 @@ std::string RankFileName(int rank);
 
 // One owned parameter part as stored: where it is in the model and what it holds.
 struct StoredParam {
-  OwnedParamState state;       // arrays filled by WriteShardFile's caller / ShardFileReader::Read
-  std::string name;            // "<unit name>.<param name>"
-  std::string unit_name;       // (written from version 2 on)
-  std::vector<int64_t> shape;  // the full (model) shape
-  nlohmann::json tp;           // PlacementTpJson: null for the full parameter's own frame
+  OwnedParamState state;     // [begin, end) of placement's local frame, and its arrays
+  std::string unit_name;     // the engine unit's name (never empty: ModelSpec::Validate)
+  ParamPlacement placement;  // the model name, the full shape and the tp slice ("tp")
 };
 
 // Writes `params` as rank `rank`'s file at `path` and fsyncs it. Returns the whole file's
@@ -120,7 +118,10 @@ class ShardFileReader {
   std::vector<ParamEntry> params_;
 };
 
-// One header entry as JSON (exactly as WriteShardFile writes it) and back. ParamEntryFromJson
+// One header entry as JSON and back. ParamEntryToJson is the one writer of an entry: the rank
+// file's header (WriteShardFile) and the checkpoint index (CheckpointIndexToJson) both use it, so
+// the two list the same bytes per piece; "unit_name" is left out when empty (version 1 entries
+// only: every unit an engine saves has a name), "tp" for an identity placement. ParamEntryFromJson
 // checks the entry as Open does (the range inside the tp slice, the arrays inside a file of
 // `file_bytes` whose data starts at `data_start`); errors are IoError naming `path`.
 nlohmann::json ParamEntryToJson(const ShardFileReader::ParamEntry& p);

@@ -50,17 +50,8 @@ struct Opened {
 StatusOr<Opened> Open(const std::string& path) {
   Opened o;
   ZS_ASSIGN_OR_RETURN(o.manifest, ReadCheckpointManifest(path));
-  const CheckpointManifest& m = o.manifest;
-  if (!m.index.name.empty()) {
-    ZS_ASSIGN_OR_RETURN(o.index, ReadCheckpointIndex((fs::path(m.dir) / m.index.name).string(),
-                                                     m.index.bytes, m.index.checksum));
-  } else {
-    std::vector<RankFileRef> refs;
-    for (const auto& f : m.files) refs.push_back({f.name, f.rank, f.bytes});
-    ZS_ASSIGN_OR_RETURN(o.index, IndexRankFiles(m.dir, refs));
-    o.index.Sort();
-    o.scanned = true;
-  }
+  ZS_ASSIGN_OR_RETURN(o.index, OpenCheckpointIndex(o.manifest));
+  o.scanned = o.manifest.index.name.empty();
   return o;
 }
 
