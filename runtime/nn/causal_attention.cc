@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "runtime/nn/gemm.h"
+#include "runtime/nn/softmax_kernels.h"
 
 namespace zs::nn {
 
@@ -20,16 +21,10 @@ void CausalAttentionForward(const float* qkv, int64_t batch, int64_t seq, int64_
       Sgemm(false, true, t, t, d, scale, q, w3, k, w3, 0.0f, p, t);
       for (int64_t i = 0; i < t; ++i) {  // causal softmax of row i over j <= i
         float* row = p + i * t;
-        float max = row[0];
-        for (int64_t j = 1; j <= i; ++j) max = std::max(max, row[j]);
-        float sum = 0.0f;
-        for (int64_t j = 0; j <= i; ++j) {
-          row[j] = std::exp(row[j] - max);
-          sum += row[j];
-        }
-        const float inv = 1.0f / sum;
-        for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
-        for (int64_t j = i + 1; j < t; ++j) row[j] = 0.0f;
+        const int64_t n = i + 1;
+        const double sum = ExpShifted(row, n, RowMax(row, n), row);
+        ScaleRow(row, n, static_cast<float>(1.0 / sum));
+        std::fill(row + n, row + t, 0.0f);
       }
       Sgemm(false, false, t, d, t, 1.0f, p, t, v, w3, 0.0f, ctx + b * t * w + a * d, w);
     }

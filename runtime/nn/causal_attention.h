@@ -4,7 +4,9 @@
 //
 // Contract
 // - Plain functions on caller-owned row-major fp32 buffers; no parameters, no state, no
-//   allocation. Every matmul goes through Sgemm. Thread-safe.
+//   allocation. Every matmul goes through Sgemm; the softmax of each row's prefix j <= i
+//   through the cross-entropies' SIMD row kernels (softmax_kernels.h: the same bits on every
+//   call on one machine, not across SIMD targets). Thread-safe.
 // - Layout: rows are batch * seq (row b * seq + t); w = heads * head_dim. qkv [rows, 3w] holds
 //   q, k and v side by side: head a's q at columns [a*D, (a+1)*D), its k at w + a*D, its v at
 //   2w + a*D. ctx and dctx are [rows, w]; probs [batch, heads, seq, seq] (zero above the

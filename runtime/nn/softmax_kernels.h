@@ -1,6 +1,7 @@
 // Vectorized row kernels of a softmax: the max of a row, exp(x - shift) with its sum, and a
 // scale. The cross-entropies (cross_entropy.h, parallel/tensor/vocab_parallel_cross_entropy.h)
-// run them over rows of logits as wide as the vocabulary, where a scalar std::exp per element
+// and causal attention (causal_attention.h, each score row's causal prefix) run them; over rows
+// of logits as wide as the vocabulary, a scalar std::exp per element
 // was the forward's largest cost after the vocabulary matmul ([Note: phase split] in
 // bench/bench_parallel.cc: it made the head's forward about 1.8 blocks' forwards).
 //

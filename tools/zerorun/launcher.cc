@@ -19,6 +19,8 @@
 #include <iterator>
 #include <optional>
 
+#include "runtime/base/process_stat.h"
+
 extern char** environ;
 
 namespace zs {
@@ -142,20 +144,6 @@ void RemoveShmLeftovers(const std::string& shm_dir, pid_t pid) {
   ::closedir(dir);
 }
 
-// Whether `pid` is provably dead ([Note: dead launcher]): no such process, or a zombie (its
-// files and mappings are gone, and its pid cannot be reused while it stays a zombie). A
-// process of another user (EPERM) is alive.
-bool ProcessIsGone(pid_t pid) {
-  if (pid <= 0) return false;
-  if (::kill(pid, 0) != 0) return errno == ESRCH;
-  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
-  std::string line;
-  if (!std::getline(stat, line)) return false;
-  const size_t paren = line.rfind(')');
-  return paren != std::string::npos && paren + 2 < line.size() &&
-         (line[paren + 2] == 'Z' || line[paren + 2] == 'X');
-}
-
 // The pid in a job directory's name "zerorun-<pid>-XXXXXX", or -1.
 pid_t JobDirectoryPid(std::string_view name) {
   constexpr std::string_view kPrefix = "zerorun-";
@@ -172,16 +160,17 @@ pid_t JobDirectoryPid(std::string_view name) {
 }
 
 // Removes what launchers that died without cleaning up left in `temp_dir` and `shm_dir`
-// ([Note: dead launcher] in launcher.h).
+// ([Note: dead launcher] in launcher.h). Dead is ProcessGone ([Note: process gone] in
+// runtime/base/process_stat.h); no start time is recorded for the pids of a job directory.
 void RemoveLeftoversOfDeadLaunchers(const std::string& temp_dir, const std::string& shm_dir) {
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(temp_dir, ec)) {
     const pid_t launcher = JobDirectoryPid(entry.path().filename().string());
-    if (launcher < 0 || !entry.is_directory(ec) || !ProcessIsGone(launcher)) continue;
+    if (launcher < 0 || !entry.is_directory(ec) || !ProcessGone(launcher)) continue;
     std::ifstream ranks(entry.path() / "ranks");
     bool all_gone = true;
     for (long pid; ranks >> pid;) {
-      if (ProcessIsGone(pid_t(pid))) {
+      if (ProcessGone(pid_t(pid))) {
         RemoveShmLeftovers(shm_dir, pid_t(pid));
       } else {
         all_gone = false;  // a live process has the pid now: its names are not ours

@@ -1,38 +1,17 @@
 #include "runtime/comm/fabric/fabric_peer.h"
 
 #include <fmt/format.h>
-#include <signal.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <sstream>
+
+#include "runtime/base/process_stat.h"
 
 namespace zs {
 namespace {
-
-// Reads the state letter and the start time of `pid` from /proc/<pid>/stat. False when the
-// file cannot be read (the process is gone, or /proc is not mounted).
-bool ReadProcStat(pid_t pid, char* state, uint64_t* start_time) {
-  std::ifstream in(fmt::format("/proc/{}/stat", pid));
-  if (!in) return false;
-  std::string line;
-  std::getline(in, line);
-  // The command name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
-  const size_t close = line.rfind(')');
-  if (close == std::string::npos) return false;
-  std::istringstream fields(line.substr(close + 1));
-  std::string field;
-  // Fields 3 (state) .. 22 (starttime).
-  for (int index = 3; index <= 22; ++index) {
-    if (!(fields >> field)) return false;
-    if (index == 3) *state = field.empty() ? '?' : field[0];
-  }
-  *start_time = std::strtoull(field.c_str(), nullptr, 10);
-  return true;
-}
 
 std::string HostName() {
   char name[256] = {};
@@ -48,8 +27,8 @@ FabricPeer SelfPeer() {
   FabricPeer self;
   self.host = HostName();
   self.pid = ::getpid();
-  char state = '?';
-  if (!ReadProcStat(self.pid, &state, &self.start_time)) self.start_time = 0;
+  const StatusOr<ProcessStat> stat = ReadProcessStat(self.pid);
+  self.start_time = stat.ok() ? stat->start_time : 0;
   return self;
 }
 
@@ -71,13 +50,7 @@ StatusOr<FabricPeer> DecodePeer(std::string_view text) {
 bool PeerOnThisHost(const FabricPeer& peer) { return peer.host == HostName(); }
 
 bool PeerGone(const FabricPeer& peer) {
-  if (!PeerOnThisHost(peer)) return false;
-  if (::kill(peer.pid, 0) != 0 && errno == ESRCH) return true;
-  char state = '?';
-  uint64_t start_time = 0;
-  if (!ReadProcStat(peer.pid, &state, &start_time)) return false;  // cannot tell: assume alive
-  if (state == 'Z' || state == 'X') return true;                    // killed, not yet reaped
-  return peer.start_time != 0 && start_time != peer.start_time;     // pid reused
+  return PeerOnThisHost(peer) && ProcessGone(peer.pid, peer.start_time);
 }
 
 namespace {

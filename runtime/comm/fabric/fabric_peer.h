@@ -5,10 +5,11 @@
 // Contract
 // - SelfPeer() describes the calling process; Encode/Decode move a FabricPeer through the store
 //   as one line of text ("host pid start_time").
-// - PeerGone(peer) is true only when the peer is on this host and its process no longer exists
-//   (kill(pid, 0) fails with ESRCH, or /proc says zombie, or the pid was reused by a process
-//   that started at another time). A peer on another host is never reported gone here: its
-//   death shows as a transport error or a timeout.
+// - PeerGone(peer) is true only when the peer is on this host and its process no longer exists:
+//   ProcessGone(pid, start_time) of runtime/base/process_stat.h ([Note: process gone]: kill(pid,
+//   0) fails with ESRCH, or /proc says zombie, or the pid was reused by a process that started
+//   at another time). A peer on another host is never reported gone here: its death shows as a
+//   transport error or a timeout.
 // - Pure functions over the OS process table; callable from any thread. PeerGone costs one
 //   syscall and one small /proc read: call it every few hundred ms, not in a tight loop.
 // - ReadPeerMemory copies from another process of this host (process_vm_readv, cross-memory
