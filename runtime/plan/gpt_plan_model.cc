@@ -39,6 +39,37 @@ int64_t BlockBytes(int64_t batch, int64_t seq, int64_t hidden, int64_t heads, in
   return floats * kF + (moe != nullptr ? *moe : 0);
 }
 
+// TpScratch::bytes() of a rank's TpGpt once it has run a step: each buffer grows to its
+// largest request ([Note: tp scratch grows to its largest request], tp_scratch.h), taken over
+// the parts the rank runs (`embed`, `blocks`, `head`), forward and backward, as the tp layers
+// request them (floats; r = batch * seq rows, all of them, also under sequence parallelism):
+//   Full     sequence parallelism only: [r, H], the gathered input of a column-parallel layer
+//            (qkv, fc, the head's projection; again in their backward), a row-parallel
+//            output before its reduce-scatter (attention and MLP proj) or its gathered dy,
+//            the embedding's lookups and gathered dy, and the experts' gathered input.
+//   Partial  the embedding's backward: wpe's partial gradient [max_seq, H]; a block's
+//            backward: a row-parallel bias [H], under sequence parallelism also a LayerNorm's
+//            gain and bias [2H] and a column-parallel input gradient before its reduce-scatter
+//            [r, H], and with experts over ep > 1 ranks the router's [E, H]; the head's
+//            backward under sequence parallelism: [r, H] (the projection) and [2H] (ln_f).
+//   Rows     experts under sequence parallelism at tp > 1 (they run on all rows): forward
+//            their output [r, H], backward their output and input gradients [2r, H].
+// max_seq is the sequence length (GptStages builds the model with max_seq = seq).
+int64_t TpScratchBytes(const GptShape& s, const GridShape& g, bool embed, bool blocks, bool head) {
+  const int64_t r = s.micro_batch * s.seq, h = s.hidden;
+  const bool sp = g.sequence_parallel;
+  int64_t full = 0, partial = 0, rows = 0;
+  if (sp && (embed || blocks || head)) full = r * h;
+  if (embed) partial = std::max(partial, s.seq * h);
+  if (blocks) {
+    partial = std::max(partial, sp ? std::max(r * h, 2 * h) : h);
+    if (s.experts > 0 && g.ep > 1) partial = std::max(partial, int64_t(s.experts) * h);
+    if (s.experts > 0 && sp && g.tp > 1) rows = 2 * r * h;
+  }
+  if (head && sp) partial = std::max(partial, std::max(r * h, 2 * h));
+  return (full + partial + rows) * kF;
+}
+
 // The MoE layer's settings as TpGpt builds them (tp_gpt.cc: F = 4H).
 MoeConfig MoeOf(const GptShape& s) {
   MoeConfig c;
@@ -222,6 +253,8 @@ StatusOr<std::vector<StageModel>> GptStages(const GptShape& shape, const GridSha
       }
     }
     const bool rank_has_embed = local.count(embed) > 0;  // the head reads wte in its bracket
+    const bool rank_has_head = local.count(head) > 0;
+    const bool rank_has_blocks = int(local.size()) > int(rank_has_embed) + int(rank_has_head);
 
     // One GptChunk per chunk of this rank: its layers, and what it keeps ([Note: activations
     // counted as the model keeps them]).
@@ -320,7 +353,11 @@ StatusOr<std::vector<StageModel>> GptStages(const GptShape& shape, const GridSha
         --in_flight;
       }
     }
-    st.chunk_tracked_bytes = 0;
+    // The TpGpt's collective scratch, one per rank whatever its chunks: at its full size from
+    // the first step on, so in the tracked peaks and the real one alike.
+    st.tp_scratch_bytes =
+        TpScratchBytes(shape, grid, rank_has_embed, rank_has_blocks, rank_has_head);
+    st.chunk_tracked_bytes = st.tp_scratch_bytes;
     for (size_t j = 0; j < chunks.size(); ++j) {
       st.chunk_tracked_bytes += chunk_peak[j] + chunks[j].fixed;
       fixed += chunks[j].fixed;
@@ -328,12 +365,13 @@ StatusOr<std::vector<StageModel>> GptStages(const GptShape& shape, const GridSha
     if (data_parallel_only) {
       st.activation_bytes = NnGptActivationBytes(config.gpt, B, T);
       st.chunk_tracked_bytes = st.activation_bytes;
+      st.tp_scratch_bytes = 0;  // nn::Gpt: no TpGpt
     } else {
       // The real peak: every chunk's live state together, one backward's scratch, the fixed
-      // buffers, one pipeline message each way ([rows, H] floats), and under pp > 1 the
-      // TiedEmbeddingLink's wte-sized buffers (the first stage sends the weights and receives
-      // the gradient; the last receives the weights and sends the gradient).
-      int64_t bytes = joint_peak + fixed;
+      // buffers, the tp scratch, one pipeline message each way ([rows, H] floats), and under
+      // pp > 1 the TiedEmbeddingLink's wte-sized buffers (the first stage sends the weights and
+      // receives the gradient; the last receives the weights and sends the gradient).
+      int64_t bytes = joint_peak + fixed + st.tp_scratch_bytes;
       if (grid.pp > 1) bytes += 2 * local_rows * H * kF;
       if (grid.pp > 1 && r == 0) bytes += 2 * local_vocab * H * kF;
       if (grid.pp > 1 && r == grid.pp - 1) bytes += 2 * local_vocab * H * kF;

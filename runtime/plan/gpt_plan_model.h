@@ -8,8 +8,9 @@
 //   cut into pp stages by PartitionStages over TpGpt::SegmentCosts (GridGpt's default partition
 //   by parameter count). With experts, TpGpt gets a NullCommunicator of size ep as its ep
 //   group (ep rank 0: every ep rank holds as many experts), so "block.i.moe" holds the router
-//   and experts / ep experts, marked for the expert engine (GridGpt: sharded over dp / ep). Nothing is allocated per element: a trillion-parameter GPT's stages
-//   are built in milliseconds.
+//   and experts / ep experts, marked for the expert engine (GridGpt: sharded over dp / ep).
+//   Nothing is allocated per element: a trillion-parameter GPT's stages are built in
+//   milliseconds.
 // - [Note: activations counted as the model keeps them] Activation bytes mirror the vectors the
 //   model code sizes (a vector's capacity is what it was resized to):
 //     data-parallel (tp = pp = 1, no recompute): nn::Gpt after ForwardBackward
@@ -34,7 +35,10 @@
 //       the sum of the rank's chunks' own peaks (GridGpt::activation_peak_bytes), and
 //       activation_bytes the real peak of all of them together. With sequence parallelism the
 //       block inputs, the LayerNorm and residual regions and the head's ln_f hold this rank's
-//       row block. Not counted: the TpScratch the tp layers share (nor does the model report it).
+//       row block. Beside the chunks, the rank's one TpScratch (the tp layers' collective
+//       buffers, owned by TpGpt and tracked as it grows: tp_scratch_bytes, TpScratchBytes in
+//       gpt_plan_model.cc derives each buffer's largest request from the layers) counts in both
+//       chunk_tracked_bytes (GridGpt::activation_peak_bytes includes it) and activation_bytes.
 //   Megatron's formula (sbh(34 + 5as/h) bytes per layer, fp16) is printed beside it for
 //   reference; our CPU model keeps fp32 activations and the full attention probabilities.
 // - Errors: InvalidArgument naming the flag-level field and value (layers, hidden, heads,
@@ -96,9 +100,12 @@ struct StageModel {
   std::vector<PlanUnit> units;     // with experts, "block.i.moe" marked PlanUnit::expert
   std::vector<PlanBracket> order;  // one micro-batch
   int64_t activation_bytes = 0;    // what the model keeps at its peak
-  // Of it, what the model code reports to the tracker (GptChunk::peak_activation_bytes: its
-  // micro-batches after their forwards, and its fixed buffers; nn::Gpt: everything).
+  // Of it, what the model code reports to the tracker (GridGpt::activation_peak_bytes: each
+  // GptChunk's peak, its micro-batches after their forwards and its fixed buffers, summed, and
+  // the TpScratch; nn::Gpt: everything).
   int64_t chunk_tracked_bytes = 0;
+  // Of both: the TpGpt's TpScratch (TpGpt::scratch_bytes after a step; 0 for nn::Gpt).
+  int64_t tp_scratch_bytes = 0;
   int micro_batches_in_flight = 1;  // at most, over the rank's chunks together
   std::string segments;  // "embed, block.0-block.11"
 };

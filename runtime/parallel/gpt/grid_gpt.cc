@@ -97,8 +97,7 @@ StatusOr<std::unique_ptr<GridGpt>> GridGpt::Create(const GridGptOptions& options
     ZS_ASSIGN_OR_RETURN(g->edp_,
                         groups.dp().Split(dp_rank % options.ep, dp_rank / options.ep, "edp"));
   }
-  ZS_ASSIGN_OR_RETURN(g->model_,
-                      TpGpt::Create(options.model, groups.tp(), g->ep_.get()));
+  ZS_ASSIGN_OR_RETURN(g->model_, TpGpt::Create(options.model, groups.tp(), g->ep_.get(), tracker));
   const TpGpt& model = *g->model_;
   ZS_ASSIGN_OR_RETURN(g->segment_costs_,
                       SegmentCostsFor(options, model, groups, device, tracker, &g->cost_summary_));
@@ -362,7 +361,7 @@ int64_t GridGpt::micro_batch_peak_bytes() const {
 }
 
 int64_t GridGpt::activation_peak_bytes() const {
-  int64_t total = 0;
+  int64_t total = model_->scratch_bytes();  // it only grows: its peak is its size now
   for (const auto& c : chunks_) total += c->peak_activation_bytes();
   return total;
 }

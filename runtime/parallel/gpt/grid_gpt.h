@@ -23,7 +23,7 @@
 //   (called on the first and last stage). The returned loss is the global mean over the dp
 //   group of the micro-batches' mean loss, the same value on every rank.
 // - Memory is counted in `tracker` as everywhere (the engine's states, the chunks' activations,
-//   the runner's message buffers).
+//   the TpGpt's collective scratch, the runner's message buffers).
 // - Errors: bad grids or sizes (heads, hidden or the MLP width not divisible by tp, more chunks
 //   than units, an interleaved schedule whose micro-batches are not a multiple of pp) are
 //   InvalidArgument naming the values; communication and hook errors are returned as they are.
@@ -152,8 +152,11 @@ class GridGpt {
   std::string PartitionString() const;
   // "tp 1/2, pp 0/2 (embed block.0 block.1), dp 1/2" (and ", ep 1/2" with experts)
   std::string RoleString() const;
-  int64_t activation_peak_bytes() const;  // the chunks' peaks, summed
-  int64_t micro_batch_peak_bytes() const;  // the same without their fixed scratch
+  // The chunks' peaks, summed, and the TpGpt's collective scratch (TpGpt::scratch_bytes).
+  int64_t activation_peak_bytes() const;
+  // The chunks' peaks without their fixed buffers or the tp scratch: what the micro-batches
+  // in flight hold (GptChunk::peak_micro_batch_bytes), summed.
+  int64_t micro_batch_peak_bytes() const;
 
  private:
   GridGpt() = default;

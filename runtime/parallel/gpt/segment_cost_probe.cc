@@ -8,9 +8,9 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <vector>
 
 #include "runtime/base/median.h"
-#include "runtime/comm/all_gather_scalar.h"
 #include "runtime/engine/zero_engine.h"
 #include "runtime/parallel/gpt/gpt_chunk.h"
 
@@ -23,7 +23,6 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// The middle value; the mean of the two middle ones for an even count.
 Status CheckOptions(const SegmentCostProbeOptions& o) {
   if (o.model.moe.enabled()) {
     return UnimplementedError(fmt::format(
@@ -50,7 +49,7 @@ StatusOr<SegmentKindCosts> MeasureLocal(const SegmentCostProbeOptions& o, Commun
                                         MemoryTracker* tracker) {
   TpGptConfig config = o.model;
   config.gpt.layers = 1;
-  ZS_ASSIGN_OR_RETURN(std::unique_ptr<TpGpt> model, TpGpt::Create(config, tp));
+  ZS_ASSIGN_OR_RETURN(std::unique_ptr<TpGpt> model, TpGpt::Create(config, tp, nullptr, tracker));
   EngineConfig engine_config;
   engine_config.fp16 = o.engine.fp16;
   engine_config.bf16 = o.engine.bf16;
@@ -146,22 +145,32 @@ StatusOr<SegmentKindCosts> MeasureSegmentCosts(const SegmentCostProbeOptions& op
   ZS_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> one,
                       world.Split(world.rank(), 0, "segment-cost-probe"));
   StatusOr<SegmentKindCosts> local = MeasureLocal(options, groups.tp(), *one, device, tracker);
-  // A rank that failed still takes part in the gathers (with NaN), so its peers fail at once
+  // A rank that failed still takes part in the gather (with NaN), so its peers fail at once
   // naming it instead of waiting out the timeout (unless they are blocked in a tp collective
-  // with it, which then times out). Every rank makes all six gathers before judging.
-  const double nan = std::numeric_limits<double>::quiet_NaN();
+  // with it, which then times out). One all-gather carries every kind: rank r's kinds are
+  // all[r * kKinds .. (r + 1) * kKinds), each double as two f32 elements (bit for bit, as
+  // AllGatherScalar sends one).
+  constexpr std::array<double SegmentKindCosts::*, 6> kKinds = {
+      &SegmentKindCosts::embed,         &SegmentKindCosts::block,
+      &SegmentKindCosts::head,          &SegmentKindCosts::embed_forward,
+      &SegmentKindCosts::block_forward, &SegmentKindCosts::head_forward};
+  const size_t kinds = kKinds.size(), ranks = size_t(world.size());
+  std::vector<double> all(ranks * kinds, 0.0);
+  double* mine = all.data() + size_t(world.rank()) * kinds;
+  for (size_t k = 0; k < kinds; ++k) {
+    mine[k] = local.ok() ? (*local).*kKinds[k] : std::numeric_limits<double>::quiet_NaN();
+  }
+  ZS_RETURN_IF_ERROR(world.AllGather(mine, all.data(), 2 * kinds, DType::kF32)
+                         .WithContext("segment cost probe: gathering every rank's costs"));
   SegmentKindCosts combined;
   int failed_rank = -1;
-  for (double SegmentKindCosts::*kind :
-       {&SegmentKindCosts::embed, &SegmentKindCosts::block, &SegmentKindCosts::head,
-        &SegmentKindCosts::embed_forward, &SegmentKindCosts::block_forward,
-        &SegmentKindCosts::head_forward}) {
-    ZS_ASSIGN_OR_RETURN(std::vector<double> all,
-                        AllGatherScalar(world, local.ok() ? (*local).*kind : nan));
-    for (size_t r = 0; r < all.size() && failed_rank < 0; ++r) {
-      if (std::isnan(all[r])) failed_rank = int(r);
+  for (size_t k = 0; k < kinds; ++k) {
+    std::vector<double> per_rank(ranks);
+    for (size_t r = 0; r < ranks; ++r) {
+      per_rank[r] = all[r * kinds + k];
+      if (failed_rank < 0 && std::isnan(per_rank[r])) failed_rank = int(r);
     }
-    combined.*kind = Median(std::move(all));
+    combined.*kKinds[k] = Median(std::move(per_rank));
   }
   if (!local.ok()) {
     return local.status().WithContext(fmt::format(

@@ -19,12 +19,13 @@
 // - What is not measured: ZeRO's gathers and reductions (dp), pipeline transfers and the tied
 //   embedding's link between the first and the last stage: the probe measures compute (and tp
 //   collectives), which is what a contiguous partition can balance.
-// - All ranks get the same costs, bit for bit: each kind's local seconds are all-gathered over
-//   the world and the median over ranks is taken (the mean of the two middle values for an even
-//   world), the same arithmetic on the same values on every rank. So every rank partitions
-//   identically.
+// - All ranks get the same costs, bit for bit: every kind's local seconds are all-gathered over
+//   the world (one all-gather of the six values) and the median over ranks is taken (the mean
+//   of the two middle values for an even world), the same arithmetic on the same values on
+//   every rank. So every rank partitions identically.
 // - Memory: the probe model, its engine and its activations are counted in `tracker` (the
-//   model states of one layer, the embedding and the head; one micro-batch's activations) and
+//   model states of one layer, the embedding and the head; one micro-batch's activations and
+//   the model's tp scratch) and
 //   freed before the call returns. Memory that was enough for training the real model's stage
 //   with the embedding or the head is enough for the probe.
 // - Experts (config.moe.experts > 0) are not supported: Unimplemented, saying so; partition such
@@ -32,7 +33,7 @@
 // - Errors: InvalidArgument naming the values for warmup < 0, repeats < 1, micro_batch or seq
 //   < 1, seq above max_seq; the model's config errors (TpGpt::Create); communicator and
 //   hook errors, returned as they are. A rank whose measurement fails still joins the combining
-//   gathers, so the other ranks fail at once with Aborted naming it (its tp peers, blocked in a
+//   gather, so the other ranks fail at once with Aborted naming it (its tp peers, blocked in a
 //   collective with it, fail at their communicator's timeout).
 // - One thread per rank; `groups`, `device` and `tracker` are borrowed for the call only.
 #pragma once

@@ -36,7 +36,7 @@ int64_t TpHeadActivations::bytes() const {
 }
 
 StatusOr<std::unique_ptr<TpGpt>> TpGpt::Create(const TpGptConfig& config, Communicator& tp,
-                                               Communicator* ep) {
+                                               Communicator* ep, MemoryTracker* tracker) {
   ZS_ASSIGN_OR_RETURN(std::unique_ptr<nn::Gpt> full, nn::Gpt::Create(config.gpt));
   const TpOptions options = TpOptions::Of(tp, config.sequence_parallel);
   ZS_RETURN_IF_ERROR(options.Validate());
@@ -44,6 +44,7 @@ StatusOr<std::unique_ptr<TpGpt>> TpGpt::Create(const TpGptConfig& config, Commun
   ZS_ASSIGN_OR_RETURN(VocabParallelEmbedding wte,
                       VocabParallelEmbedding::Create(kEmbedUnit, 0, g.vocab, g.hidden, options));
   std::vector<TpTransformerBlock> blocks;
+  std::vector<std::shared_ptr<const MoeBlockMlp>> moe_mlps;
   MoeConfig moe;
   moe.hidden = g.hidden;
   moe.ffn = 4 * g.hidden;
@@ -55,6 +56,7 @@ StatusOr<std::unique_ptr<TpGpt>> TpGpt::Create(const TpGptConfig& config, Commun
     if (config.moe.enabled()) {
       ZS_ASSIGN_OR_RETURN(std::shared_ptr<const MoeBlockMlp> mlp,
                           MoeBlockMlp::Create(2 + 2 * l, moe, options, ep));
+      moe_mlps.push_back(mlp);
       ZS_ASSIGN_OR_RETURN(TpTransformerBlock block,
                           TpTransformerBlock::CreateWithMlp(1 + 2 * l, 0, g.hidden, g.heads,
                                                             options, std::move(mlp)));
@@ -66,20 +68,25 @@ StatusOr<std::unique_ptr<TpGpt>> TpGpt::Create(const TpGptConfig& config, Commun
     }
   }
   const int ep_size = config.moe.enabled() && ep != nullptr ? ep->size() : 1;
-  return std::unique_ptr<TpGpt>(
-      new TpGpt(config, tp, std::move(full), std::move(wte), std::move(blocks), ep_size));
+  return std::unique_ptr<TpGpt>(new TpGpt(config, tp, std::move(full), std::move(wte),
+                                          std::move(blocks), std::move(moe_mlps), ep_size,
+                                          tracker));
 }
 
 TpGpt::TpGpt(const TpGptConfig& config, Communicator& tp, std::unique_ptr<nn::Gpt> full,
-             VocabParallelEmbedding wte, std::vector<TpTransformerBlock> blocks, int ep_size)
+             VocabParallelEmbedding wte, std::vector<TpTransformerBlock> blocks,
+             std::vector<std::shared_ptr<const MoeBlockMlp>> moe_mlps, int ep_size,
+             MemoryTracker* tracker)
     : config_(config),
       tp_(tp),
       tp_options_(TpOptions::Of(tp, config.sequence_parallel)),
       full_(std::move(full)),
       wte_(std::move(wte)),
       blocks_(std::move(blocks)),
+      moe_mlps_(std::move(moe_mlps)),
       ln_f_(config.moe.enabled() ? 2 * config.gpt.layers + 1 : config.gpt.layers + 1, 0,
-            config.gpt.hidden, tp_options_) {
+            config.gpt.hidden, tp_options_),
+      scratch_(tracker) {
   ep_size_ = ep_size;
   const nn::GptConfig& g = config.gpt;
   std::vector<std::pair<std::string, std::vector<TpModuleParam>>> units;
@@ -131,10 +138,9 @@ TpGpt::TpGpt(const TpGptConfig& config, Communicator& tp, std::unique_ptr<nn::Gp
 }
 
 const MoeMlp& TpGpt::moe(int layer) const {
-  ZS_CHECK(has_experts() && layer >= 0 && layer < config_.gpt.layers, "TpGpt: no experts in {}",
-           layer);
-  // Create gave every block of a model with experts a MoeBlockMlp.
-  return static_cast<const MoeBlockMlp&>(blocks_[size_t(layer)].mlp()).moe();
+  ZS_CHECK(has_experts() && layer >= 0 && layer < int(moe_mlps_.size()),
+           "TpGpt: no experts in layer {}", layer);
+  return moe_mlps_[size_t(layer)]->moe();
 }
 
 std::vector<int> TpGpt::LayerUnits(int layer) const {

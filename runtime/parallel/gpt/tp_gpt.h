@@ -40,6 +40,10 @@
 //   local_rows = batch * seq, or batch * seq / tp with sequence parallelism (this rank's
 //   contiguous row block). Backward calls take the same x their Forward got; dx is
 //   overwritten. Replicated parameters get the full gradient on every tp rank.
+// - Memory: the TpScratch is counted in Create's `tracker` (host, activations) as it grows
+//   (scratch_bytes(); it grows to the largest request of any part the rank runs and never
+//   shrinks: [Note: tp scratch grows to its largest request] in tp_scratch.h). The activations
+//   proper are the caller's objects, counted by their owner (GptChunk).
 // - Errors: InvalidArgument for a bad config, heads (or the MLP width) not divisible by tp, and,
 //   as nn::Gpt, bad tokens/targets, sizes, seq, or a UnitAccess of another model; with sequence
 //   parallelism batch * seq not divisible by tp (CheckInputs says so before any bracket opens).
@@ -55,6 +59,7 @@
 
 #include "runtime/base/status.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/device/memory_tracker.h"
 #include "runtime/model/model_spec.h"
 #include "runtime/model/unit_access.h"
 #include "runtime/nn/gpt.h"
@@ -71,6 +76,8 @@ class MoeMlp;
 }  // namespace zs
 
 namespace zs::parallel {
+
+class MoeBlockMlp;
 
 // Experts in every block (runtime/parallel/expert): the MLP becomes a MoeMlp of `experts`
 // experts, each GPT's MLP shape (F = 4H), over the ep communicator given to Create
@@ -110,9 +117,11 @@ struct TpHeadActivations {
 
 class TpGpt {
  public:
-  // `ep` (borrowed; experts only; null = one rank holding every expert) must outlive the model.
+  // `ep` (borrowed; experts only; null = one rank holding every expert) must outlive the model;
+  // so must `tracker` (may be null: the scratch is not recorded).
   static StatusOr<std::unique_ptr<TpGpt>> Create(const TpGptConfig& config, Communicator& tp,
-                                                 Communicator* ep = nullptr);
+                                                 Communicator* ep = nullptr,
+                                                 MemoryTracker* tracker = nullptr);
   ~TpGpt();
   TpGpt(const TpGpt&) = delete;
   TpGpt& operator=(const TpGpt&) = delete;
@@ -126,6 +135,8 @@ class TpGpt {
   int64_t padded_vocab() const { return wte_.padded_vocab(); }
   tp::VocabShard vocab_shard() const;
   int64_t local_rows(int64_t rows) const { return tp_options_.local_rows(rows); }
+  // The collectives' TpScratch now: its largest requests so far (counted in the tracker).
+  int64_t scratch_bytes() const { return scratch_.bytes(); }
 
   ParamInit Init(uint64_t seed) const;
   // This rank's slices of the full parameters that full_init fills (for nn::Gpt's spec).
@@ -173,7 +184,9 @@ class TpGpt {
 
  private:
   TpGpt(const TpGptConfig& config, Communicator& tp, std::unique_ptr<nn::Gpt> full,
-        tp::VocabParallelEmbedding wte, std::vector<tp::TpTransformerBlock> blocks, int ep_size);
+        tp::VocabParallelEmbedding wte, std::vector<tp::TpTransformerBlock> blocks,
+        std::vector<std::shared_ptr<const MoeBlockMlp>> moe_mlps, int ep_size,
+        MemoryTracker* tracker);
   // Experts: layer `layer`'s MoeMlp.
   const MoeMlp& moe(int layer) const;
   Status CheckTokens(std::string_view what, std::span<const int32_t> ids, int64_t batch,
@@ -189,6 +202,8 @@ class TpGpt {
   int ep_size_ = 1;
   tp::VocabParallelEmbedding wte_;
   std::vector<tp::TpTransformerBlock> blocks_;
+  // Experts: blocks_[l]'s MLP branch, typed (shared with the block); empty for a dense model.
+  std::vector<std::shared_ptr<const MoeBlockMlp>> moe_mlps_;
   tp::TpLayerNorm ln_f_;
 
   mutable tp::TpScratch scratch_;  // every part's collectives (contents dead between calls)

@@ -1,12 +1,13 @@
 // The planner's grid activations (GptStages, GptChunk's accounting) against what a GridGpt run
 // keeps: TP2 x PP2 (ranks as threads, 4 micro-batches) under 1F1B with and without recompute,
-// GPipe, interleaved over 2 virtual stages, and with sequence parallelism; the
-// chunks' tracked activation peak of each pipeline stage's rank (GridGpt::activation_peak_bytes),
-// and the stage engine's device memory (ZeRO-3, bf16) by category. Mixture of experts: ep 2 x
-// dp 2 at ZeRO-1 (fp32) and ZeRO-3 (bf16), with and without recompute, and TP2 x DP2 (ep 2)
-// and PP2 x DP2 (ep 2): the two engines' device memory together (the dense one over dp, the
-// expert one over dp / ep) and the MoE layers' activations at full capacity (and, at a
-// capacity no expert fills, the planned activations above the run's).
+// GPipe, interleaved over 2 virtual stages, and with sequence parallelism; the chunks' tracked
+// activation peak of each pipeline stage's rank with the TpGpt's collective scratch
+// (GridGpt::activation_peak_bytes; the scratch alone exactly), and the stage engine's device
+// memory (ZeRO-3, bf16) by category. Mixture of experts: ep 2 x dp 2 at ZeRO-1 (fp32) and
+// ZeRO-3 (bf16), with and without recompute, TP2 x DP2 (ep 2, also sequence parallel) and
+// PP2 x DP2 (ep 2): the two engines' device memory together (the dense one over dp, the expert
+// one over dp / ep) and the MoE layers' activations at full capacity (and, at a capacity no
+// expert fills, the planned activations above the run's).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -41,7 +42,8 @@ EngineConfig Engine(int stage, bool bf16) {
 }
 
 struct Measured {
-  std::vector<int64_t> peaks;  // GridGpt::activation_peak_bytes per rank
+  std::vector<int64_t> peaks;    // GridGpt::activation_peak_bytes per rank
+  std::vector<int64_t> scratch;  // TpGpt::scratch_bytes per rank (in peaks)
   std::vector<MemorySnapshot> memory;
 };
 
@@ -86,7 +88,7 @@ struct Case {
 
 StatusOr<Measured> MeasurePeaks(const Case& c) {
   const int world = c.world();
-  std::vector<int64_t> peaks(size_t(world), 0);
+  std::vector<int64_t> peaks(size_t(world), 0), scratch(size_t(world), 0);
   std::vector<MemorySnapshot> memory(static_cast<size_t>(world));
   std::mutex mu;
   Status status = RunLocalRanks(
@@ -122,6 +124,10 @@ StatusOr<Measured> MeasurePeaks(const Case& c) {
         }
         std::lock_guard<std::mutex> lock(mu);
         peaks[size_t(rank)] = g->activation_peak_bytes();
+        scratch[size_t(rank)] = g->model().scratch_bytes();
+        // The tp scratch is in the tracker (host activations) beside the chunks' activations.
+        EXPECT_GE(tracker.Current(MemoryTier::kHost, MemoryCategory::kActivations),
+                  g->model().scratch_bytes());
         memory[size_t(rank)] = tracker.Snapshot();
         // The tracker's host activations hold the chunk's and, beside it, the pipeline's
         // message buffers and the tied-embedding link's (their count depends on timing): at
@@ -135,7 +141,7 @@ StatusOr<Measured> MeasurePeaks(const Case& c) {
         return OkStatus();
       });
   if (!status.ok()) return status;
-  return Measured{peaks, memory};
+  return Measured{peaks, scratch, memory};
 }
 
 void ExpectPlanAgrees(const Case& c) {
@@ -151,9 +157,15 @@ void ExpectPlanAgrees(const Case& c) {
     const double want = double(measured->peaks[size_t(rank)]);
     const double got = double(stage.chunk_tracked_bytes);
     if (std::getenv("ZS_PLAN_TEST_VERBOSE") != nullptr) {
-      std::printf("rank %d pp %d: measured %.0f planned %.0f (%s, %d in flight)\n", rank, pp_rank,
-                  want, got, stage.segments.c_str(), stage.micro_batches_in_flight);
+      std::printf(
+          "rank %d pp %d: measured %.0f planned %.0f, of which tp scratch %lld planned %lld (%s, "
+          "%d in flight)\n",
+          rank, pp_rank, want, got, (long long)measured->scratch[size_t(rank)],
+          (long long)stage.tp_scratch_bytes, stage.segments.c_str(), stage.micro_batches_in_flight);
     }
+    // The tp scratch exactly: each buffer's largest request, derived from the layers.
+    EXPECT_EQ(stage.tp_scratch_bytes, measured->scratch[size_t(rank)])
+        << "rank " << rank << " (pp rank " << pp_rank << ")";
     if (c.activations_bound) {
       EXPECT_GT(got, 1.03 * want) << "rank " << rank << " (pp rank " << pp_rank << ")";
     } else {
@@ -164,7 +176,9 @@ void ExpectPlanAgrees(const Case& c) {
     // but for message buffers: how many sends are still in flight depends on timing (one more
     // [rows, H] message is 4 KiB here, 3.5% of the recompute case's peak).
     // With one chunk per rank the chunk's own peak is part of the real peak.
-    if (c.virtual_stages == 1) EXPECT_GT(stage.activation_bytes, int64_t(want));
+    if (c.virtual_stages == 1) {
+      EXPECT_GT(stage.activation_bytes, int64_t(want));
+    }
     const int64_t host_peak =
         measured->memory[size_t(rank)].Peak(MemoryTier::kHost, MemoryCategory::kActivations);
     if (std::getenv("ZS_PLAN_TEST_VERBOSE") != nullptr) {
@@ -227,6 +241,10 @@ TEST(PlanGridActivations, ExpertsAgreeWithGridGpt) {
   cases.push_back(moe(1, 1, 4, 3, true, false));
   cases.push_back(moe(1, 1, 4, 3, true, true));
   cases.push_back(moe(2, 1, 2, 3, true, false));
+  // Sequence parallel: the experts run on all rows, gathered in the tp scratch.
+  Case sp = moe(2, 1, 2, 3, true, false);
+  sp.sequence_parallel = true;
+  cases.push_back(sp);
   cases.push_back(moe(1, 2, 2, 1, false, false));
   // Capacity factor 2: each expert may keep all of a rank's 64 choices and none does (top-2 of
   // 4 experts spreads them), so the run holds fewer rows than the planned most.

@@ -81,7 +81,9 @@ TEST(ZeroPlan, TrillionParametersOn1024DevicesPlanFast) {
     const double per_rank = double(row->worst.numel);
     EXPECT_GT(per_rank, 0.9e12 / 128);
     EXPECT_LT(per_rank, 1.3e12 / 128);
-    if (stage == 0) EXPECT_FALSE(row->fits) << row->verdict;
+    if (stage == 0) {
+      EXPECT_FALSE(row->fits) << row->verdict;
+    }
   }
   auto rec = Recommend(kTrillion, MixedPrecision(), 16, cluster);
   ASSERT_TRUE(rec.ok()) << rec.status().ToString();

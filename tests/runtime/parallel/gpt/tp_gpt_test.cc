@@ -2,8 +2,8 @@
 // nn's values, the loss and every parameter's gradient gathered over tp at tp 1, 2 and 4 with
 // and without sequence parallelism (including a padded vocabulary), a few SGD steps from
 // Init(seed), the bracket order, the parts with micro-batches in flight and recompute,
-// activation tracking, and the errors. The whole model runs as GptChunk's one-chunk case
-// (WholeModelForwardBackward / WholeModelForward, gpt_chunk.h).
+// activation and tp scratch tracking, and the errors. The whole model runs as GptChunk's
+// one-chunk case (WholeModelForwardBackward / WholeModelForward, gpt_chunk.h).
 #include "runtime/parallel/gpt/tp_gpt.h"
 
 #include <gtest/gtest.h>
@@ -401,6 +401,45 @@ TEST(TpGptTest, ActivationsAreTracked) {
               kBatch * kSeq * 16 * 4 * 3);
     return OkStatus();
   });
+}
+
+// The collectives' TpScratch is in the tracker as it grows, at each buffer's largest request
+// (tp_scratch.h), and leaves it with the model. Small() at tp 2, rows = 2 x 4, H = 16, max_seq 6:
+// without sequence parallelism only Partial is used, by wpe's partial gradient [max_seq, H]
+// (a row-parallel bias's [H] is smaller); with it, forward gathers [rows, H] into Full, and
+// backward also needs Partial for a column-parallel input gradient [rows, H] (above wpe's).
+TEST(TpGptTest, ScratchIsTrackedAsItGrows) {
+  constexpr int64_t kH = 16, kMaxSeq = 6, kRows = kBatch * kSeq, kF = sizeof(float);
+  for (bool sp : {false, true}) {
+    SCOPED_TRACE(sp ? "sequence parallel" : "tensor parallel");
+    RunTp(2, [&](int, Communicator& comm) -> Status {
+      MemoryTracker tracker;
+      auto tracked = [&] {
+        return tracker.Current(MemoryTier::kHost, MemoryCategory::kActivations);
+      };
+      {
+        ZS_ASSIGN_OR_RETURN(std::unique_ptr<TpGpt> gpt,
+                            TpGpt::Create({Small(), sp}, comm, nullptr, &tracker));
+        EXPECT_EQ(gpt->scratch_bytes(), 0);
+        DenseUnitAccess access(gpt->spec(), gpt->Init(1));
+        const Batch b = MakeBatch(13, kBatch, kSeq, 2);
+        ZS_RETURN_IF_ERROR(
+            WholeModelForward(*gpt, access, b.tokens, b.targets, kBatch, kSeq).status());
+        EXPECT_EQ(gpt->scratch_bytes(), sp ? kRows * kH * kF : 0);
+        EXPECT_EQ(tracked(), gpt->scratch_bytes());
+        const int64_t full = sp ? kRows * kH : 0;
+        const int64_t partial = sp ? std::max(kRows * kH, kMaxSeq * kH) : kMaxSeq * kH;
+        for (int step = 0; step < 2; ++step) {  // the second step reuses the buffers
+          ZS_RETURN_IF_ERROR(
+              WholeModelForwardBackward(*gpt, access, b.tokens, b.targets, kBatch, kSeq).status());
+          EXPECT_EQ(gpt->scratch_bytes(), (full + partial) * kF);
+          EXPECT_EQ(tracked(), gpt->scratch_bytes());
+        }
+      }
+      EXPECT_EQ(tracked(), 0);
+      return OkStatus();
+    });
+  }
 }
 
 // Sequence parallelism's point: what a micro-batch keeps outside the tp regions is this rank's
