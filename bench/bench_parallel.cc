@@ -30,7 +30,9 @@
 // segment ranges (embed = 0, head = last; several when the measured partition varied).
 // Model 0 is kBubbleModel (GPT-2-like proportions), model 1 the same GPT with 15 layers and a
 // vocabulary fitted so that its stages can be equal ([Note: a balanceable bubble model]): the
-// formula's premise, so there the bubble measures the schedule alone.
+// formula's premise, so there the bubble measures the schedule alone. `bind` 1 binds each
+// rank's thread to its own CPU (and the pp links' workers with it), as zerorun binds rank
+// processes; 0 leaves them to the scheduler.
 //
 // What partitioning by measured cost should move (written before measuring it): by parameter
 // count, the embedding (wte: vocab x hidden, more than a block here) counts as more than a
@@ -52,6 +54,7 @@
 #include <chrono>
 #include <mutex>
 
+#include "runtime/base/cpu_affinity.h"
 #include "runtime/base/median.h"
 #include "runtime/base/splitmix64.h"
 #include "runtime/comm/local_ranks.h"
@@ -144,6 +147,9 @@ struct GridRun {
   nn::GptConfig model = kModel;
   PartitionCost partition = PartitionCost::kParams;
   std::vector<double> segment_costs;  // kExplicit
+  // Each rank's thread bound to one CPU, rank r to the r-th allowed one (modulo their count), as
+  // zerorun binds rank processes ([Note: rank binding] in tools/zerorun/launcher.h).
+  bool bind_ranks = false;
 };
 
 struct Measured {
@@ -178,6 +184,10 @@ Status Run(const GridRun& g, Measured& out) {
   Status status = RunLocalRanks(
       world, options,
       [&](int rank, Communicator& comm, MemoryTracker& tracker) -> Status {
+        if (const std::vector<int> cpus = AllowedCpus(); g.bind_ranks && !cpus.empty()) {
+          // Before the groups are split: their workers are created on this thread and inherit.
+          ZS_RETURN_IF_ERROR(BindThisThreadToCpu(cpus[size_t(rank) % cpus.size()]));
+        }
         ZS_ASSIGN_OR_RETURN(RankGrid grid, RankGrid::Create(g.tp, g.pp, g.dp, world));
         ZS_ASSIGN_OR_RETURN(ProcessGroups groups, ProcessGroups::Create(comm, grid));
         ZS_ASSIGN_OR_RETURN(auto device, CreateDevice("cpu", tracker));
@@ -400,7 +410,8 @@ void BM_Bubble(benchmark::State& state) {
     model = *fitted;
   }
   const int p = 2, v = kind == ScheduleKind::kInterleaved ? 2 : 1, m = kMicroBatches;
-  const GridRun g{1, p, 1, kind, v, model, partition};
+  GridRun g{1, p, 1, kind, v, model, partition};
+  g.bind_ranks = state.range(3) == 1;
   std::vector<double> bubbles, simulated, busy, forward, backward, embed_costs, head_costs;
   double ratio = 0, held_ratio = 0;
   int64_t activations = 0;
@@ -460,16 +471,19 @@ void BM_Bubble(benchmark::State& state) {
                              balanceable ? "balanceable model" : "GPT-2-like model", stages));
 }
 BENCHMARK(BM_Bubble)
-    ->ArgNames({"schedule", "partition", "model"})
-    ->Args({int(ScheduleKind::kGPipe), int(PartitionCost::kParams), 0})
-    ->Args({int(ScheduleKind::kGPipe), int(PartitionCost::kMeasured), 0})
-    ->Args({int(ScheduleKind::kOneFOneB), int(PartitionCost::kParams), 0})
-    ->Args({int(ScheduleKind::kOneFOneB), int(PartitionCost::kMeasured), 0})
-    ->Args({int(ScheduleKind::kInterleaved), int(PartitionCost::kParams), 0})
-    ->Args({int(ScheduleKind::kInterleaved), int(PartitionCost::kMeasured), 0})
-    ->Args({int(ScheduleKind::kGPipe), int(PartitionCost::kMeasured), 1})
-    ->Args({int(ScheduleKind::kOneFOneB), int(PartitionCost::kMeasured), 1})
-    ->Args({int(ScheduleKind::kInterleaved), int(PartitionCost::kMeasured), 1})
+    ->ArgNames({"schedule", "partition", "model", "bind"})
+    ->Args({int(ScheduleKind::kGPipe), int(PartitionCost::kParams), 0, 0})
+    ->Args({int(ScheduleKind::kGPipe), int(PartitionCost::kMeasured), 0, 0})
+    ->Args({int(ScheduleKind::kOneFOneB), int(PartitionCost::kParams), 0, 0})
+    ->Args({int(ScheduleKind::kOneFOneB), int(PartitionCost::kMeasured), 0, 0})
+    ->Args({int(ScheduleKind::kInterleaved), int(PartitionCost::kParams), 0, 0})
+    ->Args({int(ScheduleKind::kInterleaved), int(PartitionCost::kMeasured), 0, 0})
+    ->Args({int(ScheduleKind::kGPipe), int(PartitionCost::kMeasured), 1, 0})
+    ->Args({int(ScheduleKind::kOneFOneB), int(PartitionCost::kMeasured), 1, 0})
+    ->Args({int(ScheduleKind::kInterleaved), int(PartitionCost::kMeasured), 1, 0})
+    ->Args({int(ScheduleKind::kGPipe), int(PartitionCost::kMeasured), 1, 1})
+    ->Args({int(ScheduleKind::kOneFOneB), int(PartitionCost::kMeasured), 1, 1})
+    ->Args({int(ScheduleKind::kInterleaved), int(PartitionCost::kMeasured), 1, 1})
     ->UseManualTime()
     ->Iterations(3)
     ->Unit(benchmark::kMillisecond);

@@ -19,6 +19,7 @@
 #include <iterator>
 #include <optional>
 
+#include "runtime/base/cpu_affinity.h"
 #include "runtime/base/process_stat.h"
 
 extern char** environ;
@@ -212,18 +213,6 @@ std::vector<std::string> RankEnvironment(const LaunchOptions& o, int rank,
     if (!present[i]) env.push_back(defaults[i].first + "=" + defaults[i].second);
   }
   return env;
-}
-
-// The CPUs this process may run on, ascending; empty when they cannot be read.
-std::vector<int> AllowedCpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  }
-  return cpus;
 }
 
 class Job {

@@ -1,3 +1,4 @@
+#include "runtime/comm/blocking_call.h"
 #include "runtime/comm/fabric/fabric_communicator.h"
 
 #include <fmt/format.h>
@@ -675,6 +676,9 @@ StatusOr<std::unique_ptr<Communicator>> FabricCommunicator::Split(int color, int
   const std::string description =
       fmt::format("split(color={}, key={}, '{}') on group '{}' (rank {} of {})", color, key, name,
                   group_name(), rank_, size());
+  // Waited at once: a blocking call, so an idle queue builds the child on this thread, whose
+  // CPU binding the child's worker inherits (blocking_call.h).
+  BlockingCallScope blocking;
   CommHandle handle = queue_->Submit(description, [&, seq] {
     return Guarded(description, [&] { return RunSplit(seq, color, key, name, &child); });
   });

@@ -1,3 +1,4 @@
+#include "runtime/comm/blocking_call.h"
 #include "runtime/comm/local/local_communicator.h"
 
 #include <fmt/format.h>
@@ -264,6 +265,9 @@ StatusOr<std::unique_ptr<Communicator>> LocalCommunicator::Split(int color, int 
                                                                  std::string name) {
   std::string what = fmt::format("split(color={}, key={}, name='{}') on group '{}' (rank {} of {})",
                                  color, key, name, group_name(), rank_, size());
+  // Waited at once: a blocking call, so an idle queue builds the child on this thread, whose
+  // CPU binding the child's worker inherits (blocking_call.h).
+  BlockingCallScope blocking;
   auto result = std::make_shared<std::unique_ptr<Communicator>>();
   CommHandle handle = Enqueue(
       what, [this, color, key, name = std::move(name), what, result](Clock::time_point deadline) {
