@@ -220,9 +220,11 @@ StatusOr<std::vector<StageModel>> GptStages(const GptShape& shape, const GridSha
   const int64_t local_rows = model->local_rows(rows);  // rows / tp with sequence parallelism
   const int64_t local_vocab = model->padded_vocab() / grid.tp;
   const bool sp = grid.sequence_parallel;
-  // Experts run on GridGpt (train_gpt's grid path) also at tp = pp = 1.
-  const bool data_parallel_only =
-      grid.tp == 1 && grid.pp == 1 && grid.virtual_stages == 1 && !recompute && !sp && !experts;
+  // nn::Gpt only where train_gpt runs it (Args::grid()): experts, recompute, sequence
+  // parallelism and any schedule but 1F1B run on GridGpt also at tp = pp = 1.
+  const bool data_parallel_only = grid.tp == 1 && grid.pp == 1 && grid.virtual_stages == 1 &&
+                                  grid.schedule == ScheduleKind::kOneFOneB && !recompute && !sp &&
+                                  !experts;
   // One MoE layer's activations per micro-batch, at their most (all rows of the micro-batch).
   const int64_t moe_bytes =
       experts ? MoeActivations::BytesAfterForward(MoeOf(shape), rows,

@@ -13,7 +13,7 @@
 //   milliseconds.
 // - [Note: activations counted as the model keeps them] Activation bytes mirror the vectors the
 //   model code sizes (a vector's capacity is what it was resized to):
-//     data-parallel (tp = pp = 1, no recompute): nn::Gpt after ForwardBackward
+//     data-parallel (tp = pp = 1, 1F1B, no recompute): nn::Gpt after ForwardBackward
 //       (NnGptActivationBytes: per block ln1/ln2 outputs and statistics, x1, two scratch rows,
 //       attention qkv, probabilities [B, A, T, T], context and their gradients, MLP pre/act/
 //       dact [rows, 4H]; per model the block inputs, ln_f, logits [rows, V], two scratch rows);

@@ -223,7 +223,10 @@ TEST(PlanGridActivations, AgreeWithGridGpt) {
                         {false, ScheduleKind::kGPipe, 1},
                         {false, ScheduleKind::kInterleaved, 2},
                         {false, ScheduleKind::kOneFOneB, 1, /*sequence_parallel=*/true},
-                        {true, ScheduleKind::kOneFOneB, 1, /*sequence_parallel=*/true}};
+                        {true, ScheduleKind::kOneFOneB, 1, /*sequence_parallel=*/true},
+                        // tp = pp = 1 with GPipe: train_gpt runs GridGpt for any schedule but
+                        // 1F1B, so it is planned as GridGpt, every micro-batch in flight.
+                        {false, ScheduleKind::kGPipe, 1, false, /*tp=*/1, /*pp=*/1, /*dp=*/2}};
   for (const Case& c : cases) ExpectPlanAgrees(c);
 }
 
