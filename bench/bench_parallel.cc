@@ -18,7 +18,8 @@
 // Forward/Backward) against the formula (p-1)/(m+p-1) (GPipe, 1F1B) or ((p-1)/v)/(m+(p-1)/v)
 // (interleaved, v=2) and against `bubble_simulated`, the simulator's bubble for the measured
 // per-chunk times (the formula assumes equal stages; the difference between the two is the
-// stages' imbalance); `busy_max_vs_mean`, the busiest pp rank's compute time over the ranks'
+// stages' imbalance) and `bubble_replayed`, the simulator's for each instruction's own measured
+// duration ([Note: replayed bubble]); `busy_max_vs_mean`, the busiest pp rank's compute time over the ranks'
 // mean (1 = balanced stages), `fwd_max_vs_mean` and `bwd_max_vs_mean` the same for the
 // forwards and the backwards alone (GPipe runs all forwards, then all backwards, so each phase
 // is paced by its own slowest stage); `embed_vs_block` and `head_vs_block`, the costs the partition
@@ -45,6 +46,17 @@
 // should fall to within about half a block of 1, `bubble_simulated` toward the formula, and the
 // measured bubble with it, the rest being communication and overhead (the measured bubble above
 // the simulated one). Interleaved (v = 2) chunks are smaller, so both partitions do better there.
+//
+// [Note: replayed bubble] The formula assumes that every micro-batch of a chunk costs the same.
+// On a shared VM the same instruction's time varies from micro-batch to micro-batch and from
+// step to step (measured on a 2-vCPU AMD EPYC VM: a 4-block chunk's backward 17-25 ms within one
+// step, and stretches of 100-250 ms in which one core ran 25-60% slower), and a pipeline waits
+// for whichever instruction is late. `bubble_replayed` runs the simulator with each
+// instruction's own measured duration and free communication: the bubble the schedule gives
+// the compute as it ran. So the measured bubble splits into: the formula; the stages'
+// imbalance (bubble_simulated - formula); the instructions' variation (bubble_replayed -
+// bubble_simulated); and the runtime's own idle time (bubble - bubble_replayed: hand-offs,
+// waits the schedule did not need), the only part the pipeline's code controls.
 //
 //   build/bin/bench_parallel --benchmark_filter=BM_Bubble --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
@@ -158,6 +170,9 @@ struct Measured {
   // The simulator's bubble for the same schedule with each chunk's measured mean forward and
   // backward times: what the schedule gives these (unequal) stages with free communication.
   std::vector<double> simulated_bubble;
+  // The simulator's bubble with each instruction's own measured duration: the step replayed as
+  // its compute ran, with free communication ([Note: replayed bubble]).
+  std::vector<double> replayed_bubble;
   std::vector<MemorySnapshot> memory;     // per rank
   std::vector<int64_t> activation_peaks;  // per rank: the pipeline chunks' own peak
   std::vector<int64_t> micro_batch_peaks;  // per rank: the same without fixed scratch
@@ -245,12 +260,14 @@ Status Run(const GridRun& g, Measured& out) {
       &out.memory);
   out.bubble.clear();
   out.simulated_bubble.clear();
+  out.replayed_bubble.clear();
   out.busy_max_vs_mean.clear();
   out.forward_max_vs_mean.clear();
   out.backward_max_vs_mean.clear();
   if (!status.ok()) return status;
   ZS_ASSIGN_OR_RETURN(PipelineSchedule schedule,
                       BuildSchedule(g.schedule, g.pp, kMicroBatches, g.virtual_stages));
+  const size_t m = size_t(kMicroBatches);
   for (const auto& ranks : steps) {
     out.bubble.push_back(MeasuredBubbleFraction(ranks));
     // Per rank: [0] all, [1] forwards, [2] backwards; the max over ranks against the mean.
@@ -271,22 +288,25 @@ Status Run(const GridRun& g, Measured& out) {
     out.busy_max_vs_mean.push_back(max[0] * n / sum[0]);
     out.forward_max_vs_mean.push_back(max[1] * n / sum[1]);
     out.backward_max_vs_mean.push_back(max[2] * n / sum[2]);
-    ChunkCosts costs = ChunkCosts::Uniform(schedule.num_chunks(), 0, 0);
-    std::vector<int> forwards(size_t(schedule.num_chunks())), backwards(forwards);
+    // Each instruction's measured duration, and each chunk's mean over its micro-batches.
+    const int chunks = schedule.num_chunks();
+    InstructionCosts each = InstructionCosts::FromChunks(ChunkCosts::Uniform(chunks, 0, 0), kMicroBatches);
     for (const PipelineStepResult& r : ranks) {
       for (const InstructionTiming& t : r.timings) {
-        const size_t c = size_t(t.instruction.chunk);
+        const size_t at = size_t(t.instruction.chunk) * m + size_t(t.instruction.micro_batch);
         const bool fwd = t.instruction.op == PipelineOp::kForward;
-        (fwd ? costs.forward : costs.backward)[c] += t.end_s - t.start_s;
-        ++(fwd ? forwards : backwards)[c];
+        (fwd ? each.forward : each.backward)[at] = t.end_s - t.start_s;
       }
     }
-    for (size_t c = 0; c < forwards.size(); ++c) {
-      if (forwards[c] > 0) costs.forward[c] /= forwards[c];
-      if (backwards[c] > 0) costs.backward[c] /= backwards[c];
+    ChunkCosts means = ChunkCosts::Uniform(chunks, 0, 0);
+    for (size_t at = 0; at < each.forward.size(); ++at) {
+      means.forward[at / m] += each.forward[at] / m;
+      means.backward[at / m] += each.backward[at] / m;
     }
-    ZS_ASSIGN_OR_RETURN(ScheduleSimulation sim, SimulateSchedule(schedule, costs));
+    ZS_ASSIGN_OR_RETURN(ScheduleSimulation sim, SimulateSchedule(schedule, means));
     out.simulated_bubble.push_back(sim.bubble_fraction);
+    ZS_ASSIGN_OR_RETURN(ScheduleSimulation replay, SimulateSchedule(schedule, each));
+    out.replayed_bubble.push_back(replay.bubble_fraction);
   }
   return status;
 }
@@ -412,7 +432,8 @@ void BM_Bubble(benchmark::State& state) {
   const int p = 2, v = kind == ScheduleKind::kInterleaved ? 2 : 1, m = kMicroBatches;
   GridRun g{1, p, 1, kind, v, model, partition};
   g.bind_ranks = state.range(3) == 1;
-  std::vector<double> bubbles, simulated, busy, forward, backward, embed_costs, head_costs;
+  std::vector<double> bubbles, simulated, replayed, busy, forward, backward, embed_costs,
+      head_costs;
   double ratio = 0, held_ratio = 0;
   int64_t activations = 0;
   std::string stages;  // every distinct partition of the iterations
@@ -423,6 +444,7 @@ void BM_Bubble(benchmark::State& state) {
     state.SetIterationTime(Median(mine.step_seconds));
     bubbles.push_back(Median(mine.bubble));
     simulated.push_back(Median(mine.simulated_bubble));
+    replayed.push_back(Median(mine.replayed_bubble));
     busy.push_back(Median(mine.busy_max_vs_mean));
     forward.push_back(Median(mine.forward_max_vs_mean));
     backward.push_back(Median(mine.backward_max_vs_mean));
@@ -452,6 +474,8 @@ void BM_Bubble(benchmark::State& state) {
   state.counters["bubble_formula"] = formula;
   state.counters["bubble_vs_formula"] = Median(bubbles) / formula;
   state.counters["bubble_simulated"] = Median(simulated);
+  state.counters["bubble_replayed"] = Median(replayed);
+  state.counters["replayed_vs_formula"] = Median(replayed) / formula;
   state.counters["busy_max_vs_mean"] = Median(busy);
   state.counters["fwd_max_vs_mean"] = Median(forward);
   state.counters["bwd_max_vs_mean"] = Median(backward);

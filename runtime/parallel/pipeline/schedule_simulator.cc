@@ -15,27 +15,71 @@ ChunkCosts ChunkCosts::Uniform(int chunks, double forward, double backward) {
   return out;
 }
 
+namespace {
+
+bool BadCost(double x) { return !(x >= 0) || !std::isfinite(x); }
+
+Status CheckTransfer(double transfer) {
+  if (BadCost(transfer)) {
+    return InvalidArgumentError(
+        fmt::format("transfer cost {}: must be finite and >= 0", transfer));
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+InstructionCosts InstructionCosts::FromChunks(const ChunkCosts& chunks, int micro_batches) {
+  InstructionCosts out;
+  out.transfer = chunks.transfer;
+  for (size_t c = 0; c < chunks.forward.size(); ++c) {
+    out.forward.insert(out.forward.end(), size_t(micro_batches), chunks.forward[c]);
+  }
+  for (size_t c = 0; c < chunks.backward.size(); ++c) {
+    out.backward.insert(out.backward.end(), size_t(micro_batches), chunks.backward[c]);
+  }
+  return out;
+}
+
 StatusOr<ScheduleSimulation> SimulateSchedule(const PipelineSchedule& s, const ChunkCosts& costs) {
   ZS_RETURN_IF_ERROR(ValidateScheduleStructure(s));
   const int n = s.num_chunks();
-  const int m = s.micro_batches;
   if (int(costs.forward.size()) != n || int(costs.backward.size()) != n) {
     return InvalidArgumentError(
         fmt::format("chunk costs have {} forward and {} backward entries for {} chunks",
                     costs.forward.size(), costs.backward.size(), n));
   }
-  auto bad = [](double x) { return !(x >= 0) || !std::isfinite(x); };
   for (int c = 0; c < n; ++c) {
-    if (bad(costs.forward[c]) || bad(costs.backward[c])) {
+    if (BadCost(costs.forward[c]) || BadCost(costs.backward[c])) {
       return InvalidArgumentError(
           fmt::format("chunk {} costs forward {} and backward {}: must be finite and >= 0", c,
                       costs.forward[c], costs.backward[c]));
     }
   }
-  if (bad(costs.transfer)) {
-    return InvalidArgumentError(
-        fmt::format("transfer cost {}: must be finite and >= 0", costs.transfer));
+  ZS_RETURN_IF_ERROR(CheckTransfer(costs.transfer));
+  return SimulateSchedule(s, InstructionCosts::FromChunks(costs, s.micro_batches));
+}
+
+StatusOr<ScheduleSimulation> SimulateSchedule(const PipelineSchedule& s,
+                                              const InstructionCosts& costs) {
+  ZS_RETURN_IF_ERROR(ValidateScheduleStructure(s));
+  const int n = s.num_chunks();
+  const int m = s.micro_batches;
+  const size_t entries = size_t(n) * size_t(m);
+  if (costs.forward.size() != entries || costs.backward.size() != entries) {
+    return InvalidArgumentError(fmt::format(
+        "instruction costs have {} forward and {} backward entries for {} chunks x {} "
+        "micro-batches",
+        costs.forward.size(), costs.backward.size(), n, m));
   }
+  for (size_t i = 0; i < entries; ++i) {
+    if (BadCost(costs.forward[i]) || BadCost(costs.backward[i])) {
+      return InvalidArgumentError(fmt::format(
+          "chunk {} micro-batch {} costs forward {} and backward {}: must be finite and >= 0",
+          i / size_t(m), i % size_t(m), costs.forward[i], costs.backward[i]));
+    }
+  }
+  ZS_RETURN_IF_ERROR(CheckTransfer(costs.transfer));
 
   // end[op][c * m + mb]: when the instruction ended; NaN until it ran.
   constexpr double kNotYet = std::numeric_limits<double>::quiet_NaN();
@@ -76,8 +120,9 @@ StatusOr<ScheduleSimulation> SimulateSchedule(const PipelineSchedule& s, const C
         const PipelineInstruction& ins = s.per_rank[r][next[r]];
         const double start = ready_time(r, ins);
         if (std::isnan(start)) break;
+        const size_t at = size_t(ins.chunk) * m + ins.micro_batch;
         const double cost =
-            ins.op == PipelineOp::kForward ? costs.forward[ins.chunk] : costs.backward[ins.chunk];
+            ins.op == PipelineOp::kForward ? costs.forward[at] : costs.backward[at];
         const double finish = start + cost;
         end[int(ins.op)][size_t(ins.chunk) * m + ins.micro_batch] = finish;
         out.per_rank[r].push_back({ins, start, finish});

@@ -16,8 +16,14 @@
 //   (the step's start) and ends at the makespan (the last instruction's end on any rank). With
 //   equal costs it is (p-1)/(m+p-1) for GPipe and 1F1B, ((p-1)/v)/(m+(p-1)/v) for interleaved
 //   (IdealBubbleFraction).
+// - Costs come per chunk (ChunkCosts: every micro-batch of a chunk costs the same, the
+//   formulas' premise) or per instruction (InstructionCosts: e.g. each instruction's measured
+//   duration, to replay a step as it ran and separate the schedule's bubble from the runtime's
+//   own idle time; [Note: replayed bubble] in bench/bench_parallel.cc). The chunk form is the
+//   instruction form with every micro-batch's entry equal.
 // - Errors: the structure checks of ValidateScheduleStructure; InvalidArgument when the costs
-//   do not have one (finite, non-negative) entry per chunk; InvalidArgument naming each
+//   do not have one (finite, non-negative) entry per chunk (per chunk and micro-batch for
+//   InstructionCosts, naming the first bad instruction); InvalidArgument naming each
 //   rank's blocked instruction when the lists deadlock (every unfinished rank waits for an
 //   instruction that cannot run first).
 #pragma once
@@ -37,6 +43,17 @@ struct ChunkCosts {
   static ChunkCosts Uniform(int chunks, double forward, double backward);
 };
 
+// Each instruction's own cost: forward[c * micro_batches + mb] for Forward(mb, c), backward
+// the same for Backward(mb, c).
+struct InstructionCosts {
+  std::vector<double> forward;
+  std::vector<double> backward;
+  double transfer = 0;  // added to every dependency between two ranks
+
+  // Every micro-batch of chunk c costs chunks.forward[c] / chunks.backward[c].
+  static InstructionCosts FromChunks(const ChunkCosts& chunks, int micro_batches);
+};
+
 struct SimulatedInstruction {
   PipelineInstruction instruction;
   double start = 0;
@@ -54,6 +71,8 @@ struct ScheduleSimulation {
 
 StatusOr<ScheduleSimulation> SimulateSchedule(const PipelineSchedule& schedule,
                                               const ChunkCosts& costs);
+StatusOr<ScheduleSimulation> SimulateSchedule(const PipelineSchedule& schedule,
+                                              const InstructionCosts& costs);
 
 // The closed form of the bubble fraction with equal costs per chunk (any forward/backward
 // ratio): (p-1)/(m+p-1) for GPipe and 1F1B; ((p-1)/v) / (m + (p-1)/v) for interleaved.

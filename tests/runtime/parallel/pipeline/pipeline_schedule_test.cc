@@ -9,6 +9,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "runtime/parallel/pipeline/schedule_simulator.h"
@@ -297,6 +298,62 @@ TEST(PipelineScheduleTest, TransferCostDelaysCrossRankDependencies) {
   EXPECT_DOUBLE_EQ(sim->makespan, 7);
   EXPECT_DOUBLE_EQ(sim->per_rank[1][0].start, 1.5);
   EXPECT_DOUBLE_EQ(sim->per_rank[0][1].start, 5);
+}
+
+// Per-instruction costs equal to the chunk costs replay the chunk simulation exactly, for every
+// schedule: the chunk form is the instruction form with equal micro-batches.
+TEST(PipelineScheduleTest, InstructionCostsFromChunksMatchChunkCosts) {
+  for (auto [kind, v] : {std::pair{ScheduleKind::kGPipe, 1}, std::pair{ScheduleKind::kOneFOneB, 1},
+                         std::pair{ScheduleKind::kInterleaved, 2}}) {
+    StatusOr<PipelineSchedule> s = BuildSchedule(kind, 3, 6, v);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ChunkCosts chunks = ChunkCosts::Uniform(s->num_chunks(), 1, 2);
+    for (int c = 0; c < s->num_chunks(); ++c) chunks.forward[c] += 0.25 * c;
+    chunks.transfer = 0.125;
+    StatusOr<ScheduleSimulation> a = SimulateSchedule(*s, chunks);
+    StatusOr<ScheduleSimulation> b =
+        SimulateSchedule(*s, InstructionCosts::FromChunks(chunks, s->micro_batches));
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(a->makespan, b->makespan) << ScheduleKindName(kind);
+    EXPECT_EQ(a->bubble_fraction, b->bubble_fraction) << ScheduleKindName(kind);
+    for (int r = 0; r < s->ranks; ++r) {
+      ASSERT_EQ(a->per_rank[r].size(), b->per_rank[r].size());
+      for (size_t i = 0; i < a->per_rank[r].size(); ++i) {
+        EXPECT_EQ(a->per_rank[r][i].start, b->per_rank[r][i].start);
+        EXPECT_EQ(a->per_rank[r][i].end, b->per_rank[r][i].end);
+      }
+    }
+  }
+}
+
+// One slow instruction delays exactly what depends on it (GPipe, p = 2, m = 2, forward 1,
+// backward 2; Forward(0, chunk 0) takes 3 instead of 1):
+//   rank 0: F(0,0) [0,3]  F(1,0) [3,4]                B(0,0) [7,9]  B(1,0) [9,11]
+//   rank 1:               F(0,1) [3,4]  F(1,1) [4,5]  B(0,1) [5,7]  B(1,1) [7,9]
+TEST(PipelineScheduleTest, InstructionCostsDelayOnlyDependents) {
+  StatusOr<PipelineSchedule> s = BuildSchedule(ScheduleKind::kGPipe, 2, 2);
+  ASSERT_TRUE(s.ok());
+  InstructionCosts costs = InstructionCosts::FromChunks(ChunkCosts::Uniform(2, 1, 2), 2);
+  costs.forward[0 * 2 + 0] = 3;
+  StatusOr<ScheduleSimulation> sim = SimulateSchedule(*s, costs);
+  ASSERT_TRUE(sim.ok()) << sim.status().ToString();
+  EXPECT_DOUBLE_EQ(sim->makespan, 11);  // 9 with equal costs
+  EXPECT_DOUBLE_EQ(sim->per_rank[0][1].start, 3);
+  EXPECT_DOUBLE_EQ(sim->per_rank[1][0].start, 3);
+  EXPECT_DOUBLE_EQ(sim->per_rank[1][2].start, 5);
+  EXPECT_DOUBLE_EQ(sim->per_rank[0][2].start, 7);
+  EXPECT_DOUBLE_EQ(sim->busy[0], 8);
+  EXPECT_DOUBLE_EQ(sim->busy[1], 6);
+  EXPECT_DOUBLE_EQ(sim->bubble_fraction, 1.0 - 14.0 / 22.0);
+
+  InstructionCosts short_costs = costs;
+  short_costs.backward.pop_back();
+  EXPECT_TRUE(StatusIs(SimulateSchedule(*s, short_costs).status(), StatusCode::kInvalidArgument,
+                       {"4 forward and 3 backward", "2 chunks x 2 micro-batches"}));
+  InstructionCosts negative = costs;
+  negative.backward[1 * 2 + 0] = -1;
+  EXPECT_TRUE(StatusIs(SimulateSchedule(*s, negative).status(), StatusCode::kInvalidArgument,
+                       {"chunk 1 micro-batch 0", "backward -1"}));
 }
 
 }  // namespace
