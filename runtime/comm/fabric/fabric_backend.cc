@@ -91,6 +91,13 @@ class FabricBackend final : public Backend {
           "{}: ZS_FABRIC_DIRECT_SEGMENT_BYTES={} must be >= 64", where, direct_segment));
     }
     tuning.direct_segment_bytes = size_t(direct_segment) / 64 * 64;
+    ZS_ASSIGN_OR_RETURN(const int64_t direct_window,
+                        ParseEnvInt("ZS_FABRIC_DIRECT_WINDOW", tuning.direct_window));
+    if (direct_window < 1 || direct_window > 1024) {
+      return InvalidArgumentError(fmt::format(
+          "{}: ZS_FABRIC_DIRECT_WINDOW={} must be in [1, 1024]", where, direct_window));
+    }
+    tuning.direct_window = int(direct_window);
 
     const auto deadline = Clock::now() + options.timeout;
     // The n-th Connect of this rank to this group through this store joins the n-th group:

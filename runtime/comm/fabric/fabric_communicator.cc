@@ -111,7 +111,8 @@ std::unique_ptr<FabricTransfer> FabricCommunicator::NewTransfer(
 }
 
 FabricStreamSet FabricCommunicator::NewStreams(FabricTransfer& transfer, size_t segment) const {
-  return FabricStreamSet(transfer, segment, tuning_.window, tuning_.rendezvous_bytes, pull_pids_);
+  return FabricStreamSet(transfer, segment, tuning_.window, tuning_.rendezvous_bytes, pull_pids_,
+                         tuning_.direct_window);
 }
 
 char* FabricCommunicator::Scratch(size_t bytes) {

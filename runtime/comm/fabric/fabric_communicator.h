@@ -105,6 +105,10 @@ struct FabricTuning {
   // system calls. Reductions (their scratch ring) and broadcast (its chain's pipeline) keep
   // segment_bytes. Multiple of 64; equal on every rank.
   size_t direct_segment_bytes = size_t{4} << 20;
+  // Under direct copy, segments in flight per stream (at least `window`): a segment in flight
+  // holds no buffer there, only a descriptor ([Note: the direct-copy window] in
+  // fabric_stream_set.h). Equal on every rank.
+  int direct_window = 16;
 };
 
 class FabricCommunicator final : public Communicator {

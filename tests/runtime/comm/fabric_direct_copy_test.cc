@@ -103,6 +103,33 @@ TEST_F(FabricDirectCopyTest, SmallSegmentsCycleTheSlots) {
   RunTraffic(4, "shm", true, 40'003);
 }
 
+TEST_F(FabricDirectCopyTest, DirectWindowAtItsBounds) {
+  // Small segments, so that streams have many: one descriptor in flight per stream (below the
+  // common window of 2, which then applies), and 1024 (every segment of a stream described at
+  // once; the reductions' receiving side stays bounded by their ring of 2).
+  ScopedEnv segment("ZS_FABRIC_SEGMENT_BYTES", "8192");
+  ScopedEnv direct("ZS_FABRIC_DIRECT_SEGMENT_BYTES", "8192");
+  ScopedEnv window("ZS_FABRIC_WINDOW", "2");
+  for (const char* direct_window : {"1", "1024"}) {
+    SCOPED_TRACE(direct_window);
+    ScopedEnv knob("ZS_FABRIC_DIRECT_WINDOW", direct_window);
+    RunTraffic(3, "shm", true, 70'001);
+  }
+}
+
+TEST_F(FabricDirectCopyTest, DirectWindowOutOfRangeIsAnError) {
+  for (const char* bad : {"0", "1025"}) {
+    ScopedEnv knob("ZS_FABRIC_DIRECT_WINDOW", bad);
+    CommOptions options;
+    options.transport = "shm";
+    ConnectedRanks ranks = ConnectRanks(*backend_, store_, 1, options);
+    EXPECT_EQ(ranks.errors[0].code(), StatusCode::kInvalidArgument) << ranks.errors[0].ToString();
+    EXPECT_NE(ranks.errors[0].message().find(std::string("ZS_FABRIC_DIRECT_WINDOW=") + bad),
+              std::string::npos)
+        << ranks.errors[0].ToString();
+  }
+}
+
 TEST_F(FabricDirectCopyTest, MismatchedLargeCountsFailOnBothSides) {
   ConnectedRanks ranks = Connect(2, "shm", 5'000);
   ASSERT_TRUE(DirectCopy(ranks, 0));
