@@ -184,6 +184,7 @@ StatusOr<std::unique_ptr<GridGpt>> GridGpt::Create(const GridGptOptions& options
   }
   PipelineRunnerOptions runner_options;
   runner_options.tracker = tracker;
+  runner_options.trace = trace;
   ZS_ASSIGN_OR_RETURN(g->runner_, PipelineRunner::Create(groups.pp(), std::move(schedule),
                                                          std::move(chunks), runner_options));
   return g;

@@ -141,13 +141,27 @@ class PipelineRunner::Step {
 
   Status RunInstruction(int i, PipelineStepResult& result) {
     const PipelineInstruction& ins = list_[i];
+    TraceRecorder* const trace = runner_.options_.trace;
+    const Clock::time_point waited = Clock::now();
     StatusOr<std::vector<float>> input = TakeInput(i);
     if (!input.ok()) return input.status().WithContext(Where(runner_.rank_, i, ins));
     std::vector<float> output;
     if (SendsOutput(ins)) output = runner_.buffers_.Acquire(OutputElements(ins));
 
     PipelineChunk& chunk = ChunkOf(ins);
-    InstructionTiming timing{ins, Seconds(Clock::now() - result.start), 0};
+    const Clock::time_point began = Clock::now();
+    const std::string args =
+        trace == nullptr
+            ? std::string()
+            : fmt::format("{{\"micro_batch\":{},\"chunk\":{}}}", ins.micro_batch, ins.chunk);
+    if (trace != nullptr && NeedsInput(ins) && !Local()) {
+      trace->Record(runner_.trace_wait_,
+                    fmt::format("wait for the {} of micro-batch {}",
+                                ins.op == PipelineOp::kForward ? "activation" : "gradient",
+                                ins.micro_batch),
+                    waited, began, args);
+    }
+    InstructionTiming timing{ins, Seconds(began - result.start), 0};
     Status status;
     if (ins.op == PipelineOp::kForward) {
       StatusOr<float> loss = s_.forward_only ? chunk.ForwardOnly(ins.micro_batch, *input, output)
@@ -157,8 +171,12 @@ class PipelineRunner::Step {
     } else {
       status = chunk.Backward(ins.micro_batch, *input, output);
     }
-    timing.end_s = Seconds(Clock::now() - result.start);
+    const Clock::time_point ended = Clock::now();
+    timing.end_s = Seconds(ended - result.start);
     result.timings.push_back(timing);
+    if (trace != nullptr) {
+      trace->Record(runner_.trace_compute_, DescribeInstruction(ins), began, ended, args);
+    }
     runner_.buffers_.Release(std::move(*input));
     if (!status.ok()) {
       runner_.buffers_.Release(std::move(output));
@@ -215,7 +233,12 @@ PipelineRunner::PipelineRunner(int rank, PipelineSchedule schedule,
       chunks_(std::move(chunks)),
       links_(std::move(links)),
       options_(options),
-      buffers_(options.tracker, MemoryTier::kHost, MemoryCategory::kActivations) {}
+      buffers_(options.tracker, MemoryTier::kHost, MemoryCategory::kActivations) {
+  if (options_.trace != nullptr) {
+    trace_compute_ = options_.trace->Track("pipeline");
+    trace_wait_ = options_.trace->Track("pipeline.wait");
+  }
+}
 
 PipelineRunner::~PipelineRunner() = default;
 

@@ -61,6 +61,7 @@
 #include <vector>
 
 #include "runtime/base/status.h"
+#include "runtime/base/trace_recorder.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/device/memory_tracker.h"
 #include "runtime/parallel/pipeline/pipeline_chunk.h"
@@ -77,6 +78,11 @@ struct PipelineRunnerOptions {
   int recv_lookahead = 0;
   // Where the message buffers (host tier, kActivations) are counted; may be null.
   MemoryTracker* tracker = nullptr;
+  // May be null. Each instruction's Forward/Backward becomes a span on the track "pipeline"
+  // (named by DescribeInstruction, args micro_batch and chunk), and each wait for its input a
+  // span on "pipeline.wait": the gaps of the first track are the bubble, the second says which
+  // transfer each gap waited for. Must outlive the runner.
+  TraceRecorder* trace = nullptr;
 };
 
 // When one instruction's Forward/Backward ran, in seconds since the step's start.
@@ -137,6 +143,8 @@ class PipelineRunner {
   // Message buffers, reused across instructions and steps, and the sends in flight; counted in
   // options_.tracker (host, activations).
   SendBuffers buffers_;
+  int trace_compute_ = -1;  // options_.trace's track ids ("pipeline", "pipeline.wait")
+  int trace_wait_ = -1;
   PipelineSchedule forward_only_;  // the last RunForwardOnly's (forward_only false: none yet)
   Status broken_;
 };

@@ -5,6 +5,7 @@
 #include "runtime/parallel/pipeline/pipeline_runner.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <initializer_list>
@@ -57,6 +58,39 @@ constexpr int kWidth = 3;
 constexpr int kSteps = 2;
 
 // Runs `kSteps` steps of the case's schedule over the toy chain, one thread per pp rank; with
+// The runner's trace: every step's instructions, in list order, as spans on "pipeline" named
+// by DescribeInstruction with their micro-batch and chunk; and on "pipeline.wait" one span per
+// instruction whose input came from another rank, ending where that instruction began.
+void ExpectTraced(const TraceRecorder& trace, const PipelineSchedule& schedule, int rank) {
+  const nlohmann::json events = nlohmann::json::parse(trace.ToJson())["traceEvents"];
+  std::vector<nlohmann::json> compute, wait;
+  for (const nlohmann::json& e : events) {
+    if (e["ph"] != "X") continue;
+    (e["cat"] == "pipeline" ? compute : wait).push_back(e);
+    EXPECT_TRUE(e["cat"] == "pipeline" || e["cat"] == "pipeline.wait") << e.dump();
+  }
+  const std::vector<PipelineInstruction>& list = schedule.per_rank[rank];
+  ASSERT_EQ(compute.size(), kSteps * list.size()) << "rank " << rank;
+  size_t remote_inputs = 0;
+  for (size_t k = 0; k < compute.size(); ++k) {
+    const PipelineInstruction& ins = list[k % list.size()];
+    EXPECT_EQ(compute[k]["name"], DescribeInstruction(ins)) << "span " << k;
+    EXPECT_EQ(compute[k]["args"]["micro_batch"], ins.micro_batch);
+    EXPECT_EQ(compute[k]["args"]["chunk"], ins.chunk);
+    const bool needs_input = ins.op == PipelineOp::kForward ? !schedule.IsFirstChunk(ins.chunk)
+                                                            : !schedule.IsLastChunk(ins.chunk);
+    if (needs_input && schedule.ranks > 1) {
+      ASSERT_LT(remote_inputs, wait.size()) << "no wait span for span " << k;
+      const nlohmann::json& w = wait[remote_inputs++];
+      EXPECT_EQ(w["args"]["micro_batch"], ins.micro_batch);
+      EXPECT_EQ(w["args"]["chunk"], ins.chunk);
+      // It ends where the instruction begins (1 ns of rounding in the written microseconds).
+      EXPECT_NEAR(double(w["ts"]) + double(w["dur"]), double(compute[k]["ts"]), 2e-3);
+    }
+  }
+  EXPECT_EQ(wait.size(), remote_inputs) << "rank " << rank;
+}
+
 // `rendezvous`, over RendezvousCommunicator (sends wait for their receive to be posted).
 PipelinedRun RunPipelined(const ToyChain& chain, const Case& c, bool rendezvous = false) {
   PipelinedRun out;
@@ -84,6 +118,8 @@ PipelinedRun RunPipelined(const ToyChain& chain, const Case& c, bool rendezvous 
         PipelineRunnerOptions options;
         options.recv_lookahead = c.lookahead;
         options.tracker = &tracker;
+        TraceRecorder trace(rank);
+        options.trace = &trace;
         {
           ZS_ASSIGN_OR_RETURN(std::unique_ptr<PipelineRunner> runner,
                               PipelineRunner::Create(pp, schedule, pointers, options));
@@ -106,6 +142,7 @@ PipelinedRun RunPipelined(const ToyChain& chain, const Case& c, bool rendezvous 
             EXPECT_GT(tracker.Current(MemoryTier::kHost, MemoryCategory::kActivations), 0)
                 << "message buffers are counted";
           }
+          ExpectTraced(trace, schedule, rank);
         }
         EXPECT_EQ(tracker.Current(MemoryTier::kHost, MemoryCategory::kActivations), 0);
         std::lock_guard<std::mutex> lock(mu);
