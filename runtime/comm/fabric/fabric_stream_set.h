@@ -145,8 +145,9 @@ class FabricStreamSet {
   // a reduction's ring is still bounded by its `limit` (the ring's free slots). With the common
   // window (4) the two ranks of an all-gather met every 4 segments: each describes its next
   // segments only after its own copy in progress returns and it reads the peer's done words,
-  // and whichever rank was late held the other up (2 ranks, 64 MiB blocks in 4 MiB segments:
-  // 10-15% slower than with 16 in flight, measured in docs/PERFORMANCE.md).
+  // and whichever rank was late held the other up (2 ranks as processes, 64 MiB blocks in
+  // 4 MiB segments: 21% slower than with 16 in flight; docs/PERFORMANCE.md, "The direct-copy
+  // window").
   int WindowOf(const FabricStream& s) const {
     return s.segments > 0 && SegmentLength(s, 0) > rendezvous_bytes_ ? direct_window_ : window_;
   }
