@@ -19,11 +19,11 @@
 // (interleaved, v=2) and against `bubble_simulated`, the simulator's bubble for the measured
 // per-chunk times (the formula assumes equal stages; the difference between the two is the
 // stages' imbalance) and `bubble_replayed`, the simulator's for each instruction's own measured
-// duration ([Note: replayed bubble]); `busy_max_vs_mean`, the busiest pp rank's compute time over the ranks'
-// mean (1 = balanced stages), `fwd_max_vs_mean` and `bwd_max_vs_mean` the same for the
-// forwards and the backwards alone (GPipe runs all forwards, then all backwards, so each phase
-// is paced by its own slowest stage); `embed_vs_block` and `head_vs_block`, the costs the partition
-// weighed (parameters or seconds) over a block's; each schedule's peak activation bytes on the
+// duration ([Note: replayed bubble]); `busy_max_vs_mean`, the busiest pp rank's compute time
+// over the ranks' mean (1 = balanced stages), `fwd_max_vs_mean` and `bwd_max_vs_mean` the same
+// for the forwards and the backwards alone (GPipe runs all forwards, then all backwards, so each
+// phase is paced by its own slowest stage); `embed_vs_block` and `head_vs_block`, the costs the
+// partition weighed (parameters or seconds) over a block's; each schedule's peak activation bytes on the
 // first stage (which holds the most in flight), with `activations_vs_gpipe` against GPipe on
 // the same stages (run once: byte counts do not depend on timing), and `held_vs_gpipe`, the same
 // for what the micro-batches in flight hold (without the chunk's fixed scratch), against
@@ -267,7 +267,6 @@ Status Run(const GridRun& g, Measured& out) {
   if (!status.ok()) return status;
   ZS_ASSIGN_OR_RETURN(PipelineSchedule schedule,
                       BuildSchedule(g.schedule, g.pp, kMicroBatches, g.virtual_stages));
-  const size_t m = size_t(kMicroBatches);
   for (const auto& ranks : steps) {
     out.bubble.push_back(MeasuredBubbleFraction(ranks));
     // Per rank: [0] all, [1] forwards, [2] backwards; the max over ranks against the mean.
@@ -290,7 +289,9 @@ Status Run(const GridRun& g, Measured& out) {
     out.backward_max_vs_mean.push_back(max[2] * n / sum[2]);
     // Each instruction's measured duration, and each chunk's mean over its micro-batches.
     const int chunks = schedule.num_chunks();
-    InstructionCosts each = InstructionCosts::FromChunks(ChunkCosts::Uniform(chunks, 0, 0), kMicroBatches);
+    const size_t m = size_t(kMicroBatches);
+    InstructionCosts each =
+        InstructionCosts::FromChunks(ChunkCosts::Uniform(chunks, 0, 0), kMicroBatches);
     for (const PipelineStepResult& r : ranks) {
       for (const InstructionTiming& t : r.timings) {
         const size_t at = size_t(t.instruction.chunk) * m + size_t(t.instruction.micro_batch);

@@ -21,8 +21,8 @@
 //   once (Unavailable naming the group, rank and pid) instead of at the timeout.
 // - Tuning knobs (read at Connect, must be equal on every rank): ZS_FABRIC_SEGMENT_BYTES
 //   (default 1M), ZS_FABRIC_WINDOW (default 4), ZS_FABRIC_DIRECT_SEGMENT_BYTES (default 4M)
-//   and ZS_FABRIC_DIRECT_WINDOW (default 16); see fabric_communicator.h. ZS_FABRIC_DIRECT_COPY=0 turns direct copy off on that rank (and
-//   so on every rank of the group: they agree through the "direct/" keys). ZS_FABRIC_EAGER_BYTES
+//   and ZS_FABRIC_DIRECT_WINDOW (default 16); see fabric_communicator.h.
+//   ZS_FABRIC_DIRECT_COPY=0 turns direct copy off on that rank (and so on every rank of the group: they agree through the "direct/" keys). ZS_FABRIC_EAGER_BYTES
 //   (default: the endpoint's eager size, FabricEndpoint::eager_size) lowers the size above
 //   which a segment waits for a clear-to-send; it never raises it, and the ranks agree on the
 //   smallest value any of them published.

@@ -57,7 +57,6 @@ constexpr int kLayers = 12;
 constexpr int kWidth = 3;
 constexpr int kSteps = 2;
 
-// Runs `kSteps` steps of the case's schedule over the toy chain, one thread per pp rank; with
 // The runner's trace: every step's instructions, in list order, as spans on "pipeline" named
 // by DescribeInstruction with their micro-batch and chunk; and on "pipeline.wait" one span per
 // instruction whose input came from another rank, ending where that instruction began.
@@ -91,6 +90,7 @@ void ExpectTraced(const TraceRecorder& trace, const PipelineSchedule& schedule, 
   EXPECT_EQ(wait.size(), remote_inputs) << "rank " << rank;
 }
 
+// Runs `kSteps` steps of the case's schedule over the toy chain, one thread per pp rank; with
 // `rendezvous`, over RendezvousCommunicator (sends wait for their receive to be posted).
 PipelinedRun RunPipelined(const ToyChain& chain, const Case& c, bool rendezvous = false) {
   PipelinedRun out;
